@@ -1,0 +1,196 @@
+"""The client-facing HTTP layer: OpenAI wire format in and out, SSE, the error envelope.
+
+Thin on purpose: parse -> classify -> route -> dispatch, then write the answer with
+the headers that explain it. Every error leaves through :func:`error_response`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+import aiohttp
+from aiohttp import web
+
+from gateway.app import GATEWAY, Gateway
+from gateway.dispatch import Outcome
+from gateway.errors import (
+    GatewayError,
+    MethodNotAllowed,
+    NotFound,
+    PayloadTooLarge,
+    error_body,
+)
+from gateway.pools import AttemptError
+from gateway.request import ClientRequest, parse_chat, parse_completion
+from gateway.router import RouteDecision
+
+H_TIER = "x-gateway-tier"
+H_ROUTE = "x-gateway-route"
+H_FALLBACK = "x-gateway-fallback"
+H_OVERHEAD = "x-gateway-overhead-ms"
+H_REQUEST_ID = "x-request-id"
+_JSON = "application/json"
+_KNOWN = {
+    "/v1/chat/completions": "POST",
+    "/v1/completions": "POST",
+    "/v1/models": "GET",
+    "/healthz": "GET",
+    "/readyz": "GET",
+}
+
+
+def _request_id(request: web.Request) -> str:
+    rid = request.headers.get(H_REQUEST_ID)
+    if rid and len(rid) <= 128 and rid.isascii():
+        return rid
+    return "req_" + os.urandom(12).hex()
+
+
+def error_response(err: GatewayError, rid: str, extra: dict[str, str] | None = None
+                   ) -> web.Response:
+    headers = {H_REQUEST_ID: rid, **(extra or {})}
+    return web.Response(status=err.status, body=error_body(err), content_type=_JSON,
+                        headers=headers)
+
+
+def _explain(d: RouteDecision, out: Outcome | None, t0: float) -> dict[str, str]:
+    h = {H_ROUTE: d.route_header}
+    if out is not None:
+        h[H_TIER] = out.tier
+        fb = out.fallback
+        if fb:
+            h[H_FALLBACK] = fb
+        overhead = (time.perf_counter() - t0 - out.upstream_s) * 1000
+        h[H_OVERHEAD] = f"{max(overhead, 0.0):.3f}"
+    return h
+
+
+async def _read(request: web.Request, gw: Gateway) -> bytes:
+    limit = gw.settings.max_body_bytes
+    if request.content_length is not None and request.content_length > limit:
+        raise PayloadTooLarge(f"The request body is {request.content_length} bytes; the "
+                              f"limit is {limit} bytes.")
+    try:
+        return await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise PayloadTooLarge(f"The request body is over the limit of {limit} bytes.") from None
+
+
+async def _handle(request: web.Request, parse: Callable[[bytes], ClientRequest]
+                  ) -> web.StreamResponse:
+    t0 = time.perf_counter()
+    gw = request.app[GATEWAY]
+    rid = _request_id(request)
+    d: RouteDecision | None = None
+    try:
+        req = parse(await _read(request, gw))
+        cls = gw.classifier.classify(req, request.headers)
+        d = gw.router.decide(cls, gw.pools.health())
+        deadline_at = time.monotonic() + d.deadline
+        if req.stream:
+            out = await gw.dispatcher.stream(req, d, deadline_at, req.affinity)
+            return await _relay_stream(request, out, d, rid, t0)
+        out = await gw.dispatcher.complete(req, d, deadline_at, req.affinity)
+    except GatewayError as e:
+        return error_response(e, rid, _explain(d, None, t0) if d else None)
+    except AttemptError as e:  # the engine refused the request itself: relay its answer
+        headers = {H_REQUEST_ID: rid, **(_explain(d, None, t0) if d else {})}
+        return web.Response(status=e.status or 400, body=e.body, content_type=_JSON,
+                            headers=headers)
+    headers = _explain(d, out, t0)
+    headers[H_REQUEST_ID] = rid
+    return web.Response(body=out.body, content_type=_JSON, headers=headers)
+
+
+async def _relay_stream(request: web.Request, out: Outcome, d: RouteDecision, rid: str,
+                        t0: float) -> web.StreamResponse:
+    assert out.stream is not None
+    up = out.stream.resp
+    headers = _explain(d, out, t0)
+    headers[H_REQUEST_ID] = rid
+    headers["Cache-Control"] = "no-cache"
+    resp = web.StreamResponse(headers=headers)
+    resp.content_type = "text/event-stream"
+    head = out.stream.head
+    prev, last = b"", head
+    finished = errored = False
+    try:
+        await resp.prepare(request)
+        await resp.write(head)
+        # passthrough: the engine's bytes go out as they came, never re-encoded
+        async for chunk in up.content.iter_any():
+            await resp.write(chunk)
+            prev, last = last, chunk
+        finished = True
+    except (aiohttp.ClientError, TimeoutError) as e:
+        # the engine cut or stalled after the client got bytes: never end silently
+        msg = "stall" if isinstance(e, TimeoutError) else "stream_cut"
+        await _write_error(resp, f"The upstream stream from tier {out.tier} broke off "
+                                 f"({msg}) before it was complete.")
+        finished = errored = True
+    except ConnectionResetError:
+        pass  # the client went away; the finally below cancels the upstream
+    finally:
+        if not finished:  # the client went away: cancel the generation upstream at once
+            up.close()
+        else:
+            up.release()
+    if not finished:
+        return resp
+    tail = (prev + last)[-64:]
+    if not errored and b"[DONE]" not in tail:
+        await _write_error(resp, f"The upstream stream from tier {out.tier} ended "
+                                 "without [DONE].")
+    if out.fallback:
+        await resp.write(f": {H_FALLBACK} {out.fallback}\n\n".encode())
+    await resp.write_eof()
+    return resp
+
+
+async def _write_error(resp: web.StreamResponse, message: str) -> None:
+    body = error_body(GatewayError(message, code="stream_cut"))
+    await resp.write(b"data: " + body.replace(b'"api_error"', b'"upstream_error"') +
+                     b"\n\ndata: [DONE]\n\n")
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    return await _handle(request, parse_chat)
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    return await _handle(request, parse_completion)
+
+
+async def models(request: web.Request) -> web.Response:
+    return web.Response(body=request.app[GATEWAY].models_body, content_type=_JSON)
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    health = request.app[GATEWAY].pools.health()
+    ok = any(health.values())
+    return web.json_response({"ready": ok, "tiers": health}, status=200 if ok else 503)
+
+
+async def fallthrough(request: web.Request) -> web.Response:
+    rid = _request_id(request)
+    method = _KNOWN.get(request.path)
+    if method is not None:
+        return error_response(MethodNotAllowed(
+            f"{request.method} is not allowed on {request.path}; use {method}."), rid,
+            {"Allow": method})
+    return error_response(NotFound(f"Unknown path {request.path}."), rid)
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_get("/v1/models", models, allow_head=False)
+    app.router.add_get("/healthz", healthz, allow_head=False)
+    app.router.add_get("/readyz", readyz, allow_head=False)
+    app.router.add_route("*", "/{tail:.*}", fallthrough)

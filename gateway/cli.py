@@ -1,0 +1,141 @@
+"""The ``gateway`` command: serve, validate, explain.
+
+``gateway serve [--rules FILE] [--host H] [--port P]`` runs the proxy;
+``gateway validate FILE`` prints every problem of a rules file with its YAML path;
+``gateway explain FILE REQUEST.json`` prints the routing decision for a request
+without sending it. REQUEST.json is either a request body, or
+``{"path": "/v1/chat/completions", "headers": {...}, "body": {...}}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from gateway.errors import GatewayError
+from gateway.rules import Rules, RulesError, load_rules
+from gateway.settings import Settings, load_settings
+
+
+def _load(path: Path) -> Rules:
+    try:
+        return load_rules(path)
+    except RulesError as e:
+        print(f"error: {e.source}: {len(e.errors)} problem(s)", file=sys.stderr)
+        for err in e.errors:
+            print(f"  {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from aiohttp import web
+
+    from gateway.app import create_app
+
+    try:
+        settings = load_settings(rules=args.rules, host=args.host, port=args.port)
+    except ValueError as e:  # pydantic's ValidationError is a ValueError
+        print(f"error: bad settings: {e}", file=sys.stderr)
+        return 2
+    path = settings.rules_path()
+    rules = _load(path).with_endpoints(settings.pool_urls)
+    app = create_app(settings, rules)
+    tiers = ", ".join(f"{n} -> {','.join(t.endpoints)}" for n, t in rules.tiers.items())
+    print(f"gateway: rules {path}; tiers: {tiers}", flush=True)
+    loop = _new_loop()
+    web.run_app(app, host=settings.host, port=settings.port, access_log=None,
+                print=lambda s: print(s, flush=True), loop=loop, backlog=4096)
+    return 0
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on POSIX
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    rules = _load(Path(args.file))
+    print(f"ok: {args.file}: {len(rules.tiers)} tiers, {len(rules.rules)} rules, "
+          f"{len(rules.tasks)} tasks, {len(rules.sla_classes)} SLA classes")
+    return 0
+
+
+def explain(rules: Rules, request: dict[str, Any], settings: Settings | None = None
+            ) -> dict[str, Any]:
+    """The routing decision for ``request`` as a JSON-able dict (nothing is sent)."""
+    from gateway.classify import Classifier
+    from gateway.request import parse_chat, parse_completion
+    from gateway.router import Router
+
+    if "body" in request and isinstance(request["body"], dict):
+        body, path = request["body"], request.get("path", "/v1/chat/completions")
+        headers = {str(k).lower(): str(v) for k, v in (request.get("headers") or {}).items()}
+    else:
+        body, path, headers = request, "/v1/chat/completions", {}
+    if "prompt" in body and "messages" not in body:
+        path = "/v1/completions"
+    parse = parse_completion if path.endswith("/v1/completions") else parse_chat
+    req = parse(orjson.dumps(body))
+    cls = Classifier(rules).classify(req, headers)
+    d = Router(rules).decide(cls, {})
+    out = asdict(d)
+    out["cls"] = asdict(cls)
+    out["route_header"] = d.route_header
+    return out
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    rules = _load(Path(args.file))
+    try:
+        request = orjson.loads(Path(args.request).read_bytes())
+    except (OSError, orjson.JSONDecodeError) as e:
+        print(f"error: {args.request}: {e}", file=sys.stderr)
+        return 2
+    if not isinstance(request, dict):
+        print(f"error: {args.request}: expected a JSON object", file=sys.stderr)
+        return 2
+    try:
+        out = explain(rules, request)
+    except GatewayError as e:
+        print(f"error: the gateway would answer {e.status} {e.code}: {e.message}",
+              file=sys.stderr)
+        return 1
+    sys.stdout.write(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode() + "\n")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gateway", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("serve", help="run the gateway")
+    s.add_argument("--rules", type=Path, default=None, help="routing_rules.yaml")
+    s.add_argument("--host", default=None)
+    s.add_argument("--port", type=int, default=None)
+    s.set_defaults(func=cmd_serve)
+    v = sub.add_parser("validate", help="check a rules file")
+    v.add_argument("file")
+    v.set_defaults(func=cmd_validate)
+    e = sub.add_parser("explain", help="print the routing decision for a request")
+    e.add_argument("file")
+    e.add_argument("request")
+    e.set_defaults(func=cmd_explain)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    rc: int = args.func(args)
+    return rc
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

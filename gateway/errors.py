@@ -1,0 +1,101 @@
+"""The gateway's error tree and its mapping to OpenAI's error envelope.
+
+Every error a client can see is a ``GatewayError``; the api layer turns it into
+``{"error": {"message", "type", "param", "code"}}`` with the status below, in one place
+(:func:`error_body`). Callers catch by category::
+
+    GatewayError                      (status, type, code)
+    ├── BadRequest                    400 invalid_request_error
+    │   ├── InvalidJSON               400 invalid_request_error / invalid_json
+    │   └── InvalidField              400 invalid_request_error / invalid_type|missing_required_parameter|...
+    ├── Unauthorized                  401 authentication_error / invalid_api_key
+    ├── NotFound                      404 invalid_request_error / not_found
+    │   └── ModelNotFound             404 invalid_request_error / model_not_found
+    ├── MethodNotAllowed              405 invalid_request_error / method_not_allowed
+    ├── PayloadTooLarge               413 invalid_request_error / request_too_large
+    └── UpstreamFailed                502 upstream_error / all_tiers_failed   (every tier failed)
+        └── UpstreamTimeout           504 upstream_error / upstream_timeout    (the last failure was a timeout)
+
+Upstream 4xx answers other than 408/429 are the client's fault and are relayed as
+they are, not wrapped.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+
+class GatewayError(Exception):
+    status = 500
+    type = "api_error"
+    code: str | None = "internal_error"
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+
+
+class BadRequest(GatewayError):
+    status = 400
+    type = "invalid_request_error"
+    code = "invalid_request"
+
+
+class InvalidJSON(BadRequest):
+    code = "invalid_json"
+
+
+class InvalidField(BadRequest):
+    code = "invalid_type"
+
+
+class Unauthorized(GatewayError):
+    status = 401
+    type = "authentication_error"
+    code = "invalid_api_key"
+
+
+class NotFound(GatewayError):
+    status = 404
+    type = "invalid_request_error"
+    code = "not_found"
+
+
+class ModelNotFound(NotFound):
+    code = "model_not_found"
+
+
+class MethodNotAllowed(GatewayError):
+    status = 405
+    type = "invalid_request_error"
+    code = "method_not_allowed"
+
+
+class PayloadTooLarge(GatewayError):
+    status = 413
+    type = "invalid_request_error"
+    code = "request_too_large"
+
+
+class UpstreamFailed(GatewayError):
+    status = 502
+    type = "upstream_error"
+    code = "all_tiers_failed"
+
+
+class UpstreamTimeout(UpstreamFailed):
+    status = 504
+    code = "upstream_timeout"
+
+
+def error_payload(err: GatewayError) -> dict[str, object]:
+    return {
+        "error": {"message": err.message, "type": err.type, "param": err.param, "code": err.code}
+    }
+
+
+def error_body(err: GatewayError) -> bytes:
+    return orjson.dumps(error_payload(err))

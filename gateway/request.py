@@ -1,0 +1,221 @@
+"""Client request parsing: the one place that turns body bytes into a validated request.
+
+We validate only what the gateway itself relies on (types of the fields it reads) and
+keep the decoded body as a plain dict, so every field we do not know is passed to the
+engine unchanged. Errors are precise 400s naming the offending ``param``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import zlib
+
+import orjson
+
+from gateway.checks import RequestFacts
+from gateway.errors import InvalidField, InvalidJSON
+
+Kind = Literal["chat", "completions"]
+_ROLES = frozenset({"system", "user", "assistant", "tool", "developer", "function"})
+_FORMATS = frozenset({"text", "json_object", "json_schema"})
+
+
+@dataclass(slots=True)
+class ClientRequest:
+    kind: Kind
+    body: dict[str, Any]  # decoded client body; forwarded with only ``model`` replaced
+    model: str
+    stream: bool
+    facts: RequestFacts  # what the quality checks need to know
+    cue_text: str  # the text the classifier searches for cues (last user turn / prompt)
+    prompt_chars: int  # size of the whole prompt, for the token estimate
+    affinity: int = 0  # hash of the prompt's head: same head -> same replica (prefix cache)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.prompt_chars // 4  # ~4 chars per token for English; an estimate only
+
+
+def _affinity(head: str) -> int:
+    # stable across processes (unlike hash()), so every gateway replica picks the same engine
+    return zlib.crc32(head.encode("utf-8", "surrogatepass"))
+
+
+def _missing(param: str) -> InvalidField:
+    return InvalidField(f"Missing required parameter: '{param}'.", param=param,
+                        code="missing_required_parameter")
+
+
+def _type(param: str, expected: str, value: object) -> InvalidField:
+    return InvalidField(f"Invalid type for '{param}': expected {expected}, "
+                        f"but got {_json_type(value)}.", param=param, code="invalid_type")
+
+
+def _json_type(v: object) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "a boolean"
+    if isinstance(v, int | float):
+        return "a number"
+    if isinstance(v, str):
+        return "a string"
+    if isinstance(v, list):
+        return "an array"
+    return "an object"
+
+
+def _decode(raw: bytes) -> dict[str, Any]:
+    if not raw:
+        raise InvalidJSON("The request body is empty; expected a JSON object.")
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise InvalidJSON(f"The request body is not valid JSON: {e}.") from None
+    if not isinstance(body, dict):
+        raise InvalidJSON(f"The request body must be a JSON object, not {_json_type(body)}.")
+    return body
+
+
+def _common(body: dict[str, Any]) -> tuple[str, bool, bool]:
+    model = body.get("model")
+    if model is None:
+        raise _missing("model")
+    if not isinstance(model, str):
+        raise _type("model", "a string", model)
+    stream = body.get("stream", False)
+    if stream is not None and not isinstance(stream, bool):
+        raise _type("stream", "a boolean", stream)
+    max_set = False
+    for p in ("max_tokens", "max_completion_tokens"):
+        v = body.get(p)
+        if v is not None:
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise InvalidField(f"Invalid '{p}': expected an integer >= 1.", param=p,
+                                   code="invalid_value")
+            max_set = True
+    so = body.get("stream_options")
+    if so is not None and not isinstance(so, dict):
+        raise _type("stream_options", "an object", so)
+    return model, bool(stream), max_set
+
+
+def _content_text(content: object, param: str) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list):
+        parts = []
+        for j, part in enumerate(content):
+            if not isinstance(part, dict):
+                raise _type(f"{param}[{j}]", "an object", part)
+            t = part.get("text")
+            if isinstance(t, str):
+                parts.append(t)
+        return "\n".join(parts)
+    raise _type(param, "a string or an array of content parts", content)
+
+
+def _tools(body: dict[str, Any]) -> dict[str, dict[str, Any] | None]:
+    tools = body.get("tools")
+    if tools is None:
+        return {}
+    if not isinstance(tools, list):
+        raise _type("tools", "an array", tools)
+    out: dict[str, dict[str, Any] | None] = {}
+    for i, t in enumerate(tools):
+        if not isinstance(t, dict):
+            raise _type(f"tools[{i}]", "an object", t)
+        fn = t.get("function")
+        if not isinstance(fn, dict):
+            raise _missing(f"tools[{i}].function")
+        name = fn.get("name")
+        if not isinstance(name, str) or not name:
+            raise _missing(f"tools[{i}].function.name")
+        params = fn.get("parameters")
+        if params is not None and not isinstance(params, dict):
+            raise _type(f"tools[{i}].function.parameters", "an object", params)
+        out[name] = params
+    return out
+
+
+def _response_format(body: dict[str, Any]) -> tuple[bool, dict[str, Any] | None]:
+    rf = body.get("response_format")
+    if rf is None:
+        return False, None
+    if not isinstance(rf, dict):
+        raise _type("response_format", "an object", rf)
+    typ = rf.get("type")
+    if typ not in _FORMATS:
+        raise InvalidField(f"Invalid 'response_format.type': {typ!r}; expected one of "
+                           "'text', 'json_object', 'json_schema'.", param="response_format.type",
+                           code="invalid_value")
+    if typ == "text":
+        return False, None
+    schema = None
+    if typ == "json_schema":
+        js = rf.get("json_schema")
+        if not isinstance(js, dict):
+            raise _missing("response_format.json_schema")
+        s = js.get("schema")
+        if s is not None and not isinstance(s, dict):
+            raise _type("response_format.json_schema.schema", "an object", s)
+        schema = s
+    return True, schema
+
+
+def parse_chat(raw: bytes) -> ClientRequest:
+    body = _decode(raw)
+    model, stream, max_set = _common(body)
+    messages = body.get("messages")
+    if messages is None:
+        raise _missing("messages")
+    if not isinstance(messages, list):
+        raise _type("messages", "an array", messages)
+    if not messages:
+        raise InvalidField("'messages' must contain at least one message.", param="messages",
+                           code="invalid_value")
+    chars = 0
+    last_user = ""
+    head = ""
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise _type(f"messages[{i}]", "an object", m)
+        role = m.get("role")
+        if not isinstance(role, str) or role not in _ROLES:
+            raise InvalidField(f"Invalid 'messages[{i}].role': {role!r}.",
+                               param=f"messages[{i}].role", code="invalid_value")
+        text = _content_text(m.get("content"), f"messages[{i}].content")
+        chars += len(text)
+        if i == 0:
+            head = text[:256]
+        if role == "user":
+            last_user = text
+    tools = _tools(body)
+    json_mode, schema = _response_format(body)
+    facts = RequestFacts(max_tokens_set=max_set, json_mode=json_mode, json_schema=schema,
+                         tools=tools)
+    return ClientRequest("chat", body, model, stream, facts, last_user, chars, _affinity(head))
+
+
+def parse_completion(raw: bytes) -> ClientRequest:
+    body = _decode(raw)
+    model, stream, max_set = _common(body)
+    prompt = body.get("prompt")
+    if prompt is None:
+        raise _missing("prompt")
+    if isinstance(prompt, str):
+        text = prompt
+    elif isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):
+        text = "\n".join(prompt)
+    elif isinstance(prompt, list) and all(isinstance(p, int) for p in prompt):
+        text = ""  # token ids: nothing to search, size counted by ids
+        chars = len(prompt) * 4
+        facts = RequestFacts(max_tokens_set=max_set, json_mode=False, json_schema=None, tools={})
+        return ClientRequest("completions", body, model, stream, facts, text, chars)
+    else:
+        raise _type("prompt", "a string, an array of strings or an array of token ids", prompt)
+    facts = RequestFacts(max_tokens_set=max_set, json_mode=False, json_schema=None, tools={})
+    return ClientRequest("completions", body, model, stream, facts, text, len(text),
+                         _affinity(text[:256]))

@@ -1,0 +1,86 @@
+"""Routing: classification + rules + pool health -> a frozen :class:`RouteDecision`.
+
+Pure. The first rule whose ``when`` matches decides (``default`` when none does).
+Its tier and fallback chain give the order of tiers to try; a tier hint (header or a
+model alias) moves that tier to the front and keeps only the fallbacks after it, so a
+client that pins ``standard`` is never "fallen back" to a faster tier. Tiers whose
+circuit is open are skipped; when every tier is open, the last one of the chain is
+still tried, because answering 503 without trying is worse than a probe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gateway.classify import Classification
+from gateway.rules import Route, Rule, Rules, When
+
+
+@dataclass(frozen=True, slots=True)
+class RouteDecision:
+    rule: str
+    tiers: tuple[str, ...]
+    checks: tuple[str, ...]
+    deadline: float  # seconds for the whole request, all attempts
+    ttft_budget: float  # seconds to the first token of a stream
+    reason: str  # human-readable, ASCII: goes into x-gateway-route
+    cls: Classification
+
+    @property
+    def route_header(self) -> str:
+        return f"{self.rule}; {self.cls.describe()}; {self.reason}"
+
+
+def _in(values: tuple[str, ...] | None, v: str | None) -> bool:
+    return values is None or (v is not None and v in values)
+
+
+def matches(w: When, c: Classification) -> bool:
+    if not (_in(w.task, c.task) and _in(w.sla, c.sla) and _in(w.model, c.model)
+            and _in(w.tier_hint, c.tier_hint)):
+        return False
+    if w.has_tools is not None and w.has_tools != c.has_tools:
+        return False
+    if w.stream is not None and w.stream != c.stream:
+        return False
+    if w.min_prompt_tokens is not None and c.prompt_tokens < w.min_prompt_tokens:
+        return False
+    if w.max_prompt_tokens is not None and c.prompt_tokens > w.max_prompt_tokens:
+        return False
+    if w.headers:
+        for k, v in w.headers.items():
+            if c.header(k.lower()) != v:
+                return False
+    return True
+
+
+class Router:
+    """Compiled from one :class:`Rules`; ``decide`` is pure."""
+
+    def __init__(self, rules: Rules):
+        self._rules = rules
+        self._ordered: tuple[Rule, ...] = rules.rules
+
+    def decide(self, c: Classification, healthy: Mapping[str, bool]) -> RouteDecision:
+        rule: Route = self._rules.default
+        name = "default"
+        for r in self._ordered:
+            if matches(r.when, c):
+                rule, name = r, r.name
+                break
+        chain = (rule.tier, *(t for t in rule.fallback if t != rule.tier))
+        why = [f"tier={rule.tier}"]
+        if c.tier_hint is not None:
+            hint = c.tier_hint
+            chain = chain[chain.index(hint):] if hint in chain else (hint, *chain)
+            why = [f"tier={hint} pinned by {c.hint_source}"]
+        tiers = tuple(t for t in chain if healthy.get(t, True))
+        skipped = [t for t in chain if t not in tiers]
+        if skipped:
+            why.append(f"circuit open: {','.join(skipped)}")
+        if not tiers:
+            tiers = chain[-1:]
+        sla = self._rules.sla_classes[c.sla]
+        return RouteDecision(name, tiers, rule.checks, sla.deadline, sla.ttft_budget,
+                             " ".join(why), c)

@@ -1,0 +1,240 @@
+"""The schema of ``routing_rules.yaml`` and its loader.
+
+Parsing is strict: unknown keys are errors, cross references (tiers named by rules,
+tasks named by the classifier, checks named by rules) are checked, and every problem
+is reported with its YAML path, all at once. A file that fails never yields a
+:class:`Rules`, so a bad file can never half-replace a good one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from gateway.checks import CHECK_NAMES, CheckSettings
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Timeouts(_Strict):
+    connect: float = Field(default=2.0, gt=0, description="TCP connect, seconds")
+    ttft: float = Field(default=10.0, gt=0, description="first token of a stream, seconds")
+    total: float = Field(default=120.0, gt=0, description="whole attempt, seconds")
+    stall: float = Field(default=10.0, gt=0, description="gap between stream tokens, seconds")
+
+
+class Circuit(_Strict):
+    failures: int = Field(default=5, ge=1, description="consecutive failures that open it")
+    cooldown: float = Field(default=10.0, gt=0, description="seconds before a half-open probe")
+
+
+class Tier(_Strict):
+    model: str = Field(min_length=1, description="model name sent to the engines")
+    endpoints: tuple[str, ...] = Field(min_length=1)
+    timeouts: Timeouts = Timeouts()
+    circuit: Circuit = Circuit()
+    max_connections: int = Field(default=1000, ge=1, description="per replica")
+
+    @model_validator(mode="after")
+    def _http(self) -> Tier:
+        for url in self.endpoints:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"endpoint {url!r} is not an http(s) URL")
+        return self
+
+
+class SlaClass(_Strict):
+    deadline: float = Field(gt=0, description="whole request, all attempts, seconds")
+    ttft_budget: float = Field(gt=0, description="first token of a stream, seconds")
+
+
+class TaskClass(_Strict):
+    default_sla: str
+
+
+class CodeCues(_Strict):
+    task: str = "code"
+    fences: tuple[str, ...] = ("```",)
+    fim_markers: tuple[str, ...] = ()
+    keywords: tuple[str, ...] = ()
+    min_keyword_hits: int = Field(default=2, ge=1)
+
+
+class SummarizationCues(_Strict):
+    task: str = "summarization"
+    verbs: tuple[str, ...] = ()
+    min_prompt_tokens: int = Field(default=300, ge=0)
+
+
+class ReasoningCues(_Strict):
+    task: str = "reasoning"
+    cues: tuple[str, ...] = ()
+
+
+class Classify(_Strict):
+    tools_task: str = "agent"
+    json_task: str = "extraction"
+    default_task: str = "chat"
+    code: CodeCues = CodeCues()
+    summarization: SummarizationCues = SummarizationCues()
+    reasoning: ReasoningCues = ReasoningCues()
+    scan_chars: int = Field(
+        default=4096, ge=64, description="cue search looks at this many chars of the last turn"
+    )
+
+
+class When(_Strict):
+    task: tuple[str, ...] | None = None
+    sla: tuple[str, ...] | None = None
+    model: tuple[str, ...] | None = None
+    tier_hint: tuple[str, ...] | None = None
+    headers: dict[str, str] | None = None
+    has_tools: bool | None = None
+    stream: bool | None = None
+    min_prompt_tokens: int | None = Field(default=None, ge=0)
+    max_prompt_tokens: int | None = Field(default=None, ge=0)
+
+
+class Route(_Strict):
+    tier: str
+    fallback: tuple[str, ...] = ()
+    checks: tuple[str, ...] = ()
+
+
+class Rule(Route):
+    name: str = Field(min_length=1)
+    when: When = When()
+
+
+class Dispatch(_Strict):
+    backoff_initial: float = Field(default=0.02, ge=0, description="seconds before 2nd attempt")
+    backoff_max: float = Field(default=0.5, ge=0)
+    backoff_jitter: float = Field(default=0.02, ge=0)
+
+
+class Rules(_Strict):
+    version: int = 1
+    tiers: dict[str, Tier] = Field(min_length=1)
+    aliases: dict[str, str | None] = Field(default_factory=lambda: {"auto": None})
+    sla_classes: dict[str, SlaClass] = Field(min_length=1)
+    default_sla: str
+    tasks: dict[str, TaskClass] = Field(min_length=1)
+    classify: Classify = Classify()
+    rules: tuple[Rule, ...] = ()
+    default: Route
+    checks: CheckSettings = CheckSettings()
+    dispatch: Dispatch = Dispatch()
+
+    def with_endpoints(self, overrides: dict[str, tuple[str, ...]]) -> Rules:
+        """A copy whose tiers use ``overrides`` (tier name -> URLs) as endpoints."""
+        tiers = dict(self.tiers)
+        for name, urls in overrides.items():
+            if name in tiers:
+                tiers[name] = tiers[name].model_copy(update={"endpoints": urls})
+        return self.model_copy(update={"tiers": tiers})
+
+
+class RulesError(Exception):
+    """A rules file that cannot be used; ``errors`` holds one "path: message" per problem."""
+
+    def __init__(self, source: str, errors: list[str]):
+        self.source = source
+        self.errors = errors
+        super().__init__(f"{source}: {len(errors)} error(s):\n  " + "\n  ".join(errors))
+
+
+def _loc(loc: Iterable[int | str]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "<root>"
+
+
+def _cross_check(r: Rules) -> list[str]:
+    errs: list[str] = []
+
+    def tier(path: str, name: str) -> None:
+        if name not in r.tiers:
+            errs.append(f"{path}: unknown tier {name!r} (tiers: {', '.join(r.tiers)})")
+
+    def task(path: str, name: str) -> None:
+        if name not in r.tasks:
+            errs.append(f"{path}: unknown task {name!r} (tasks: {', '.join(r.tasks)})")
+
+    def sla(path: str, name: str) -> None:
+        if name not in r.sla_classes:
+            errs.append(f"{path}: unknown SLA class {name!r} (classes: {', '.join(r.sla_classes)})")
+
+    def route(path: str, rt: Route) -> None:
+        tier(f"{path}.tier", rt.tier)
+        for i, t in enumerate(rt.fallback):
+            tier(f"{path}.fallback[{i}]", t)
+        for i, c in enumerate(rt.checks):
+            if c not in CHECK_NAMES:
+                errs.append(f"{path}.checks[{i}]: unknown check {c!r} ({', '.join(CHECK_NAMES)})")
+
+    for alias, t in r.aliases.items():
+        if t is not None:
+            tier(f"aliases.{alias}", t)
+    sla("default_sla", r.default_sla)
+    for name, tc in r.tasks.items():
+        sla(f"tasks.{name}.default_sla", tc.default_sla)
+    c = r.classify
+    for path, name in (
+        ("classify.tools_task", c.tools_task),
+        ("classify.json_task", c.json_task),
+        ("classify.default_task", c.default_task),
+        ("classify.code.task", c.code.task),
+        ("classify.summarization.task", c.summarization.task),
+        ("classify.reasoning.task", c.reasoning.task),
+    ):
+        task(path, name)
+    names: set[str] = set()
+    for i, rule in enumerate(r.rules):
+        path = f"rules[{i}]"
+        if rule.name in names:
+            errs.append(f"{path}.name: duplicate rule name {rule.name!r}")
+        names.add(rule.name)
+        route(path, rule)
+        w = rule.when
+        for j, t in enumerate(w.task or ()):
+            task(f"{path}.when.task[{j}]", t)
+        for j, s in enumerate(w.sla or ()):
+            sla(f"{path}.when.sla[{j}]", s)
+        for j, t in enumerate(w.tier_hint or ()):
+            tier(f"{path}.when.tier_hint[{j}]", t)
+    route("default", r.default)
+    return errs
+
+
+def parse_rules(text: str, source: str = "<rules>") -> Rules:
+    """Parse and validate YAML text; raise :class:`RulesError` listing every problem."""
+    try:
+        data: Any = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise RulesError(source, [f"YAML syntax: {e}".replace("\n", " ")]) from None
+    if not isinstance(data, dict):
+        raise RulesError(source, ["<root>: expected a mapping at the top level"])
+    try:
+        rules = Rules.model_validate(data)
+    except ValidationError as e:
+        msgs = [f"{_loc(err['loc'])}: {err['msg']}" for err in e.errors()]
+        raise RulesError(source, msgs) from None
+    errs = _cross_check(rules)
+    if errs:
+        raise RulesError(source, errs)
+    return rules
+
+
+def load_rules(path: Path) -> Rules:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise RulesError(str(path), [f"cannot read: {e.strerror}"]) from None
+    return parse_rules(text, str(path))

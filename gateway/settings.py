@@ -1,0 +1,75 @@
+"""Process settings: one typed object, read from the environment once at start-up.
+
+This is the only module that reads ``os.environ``. Everything else receives a
+:class:`Settings` (or the parts of it it needs) from the app factory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_POOL_ENV = re.compile(r"^GATEWAY_POOL_([A-Z0-9_]+)_URLS$")
+_REPO_RULES = Path(__file__).resolve().parent.parent / "routing_rules.yaml"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GATEWAY_", extra="ignore", frozen=True)
+
+    rules: Path | None = Field(default=None, description="routing_rules.yaml to load")
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    redis_url: str | None = None
+    admin_token: SecretStr | None = None
+    max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024, le=512 * 1024 * 1024)
+    # tier/pool name (lower case) -> base URLs; filled from GATEWAY_POOL_<NAME>_URLS
+    pool_urls: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+
+    @field_validator("pool_urls")
+    @classmethod
+    def _urls_are_http(cls, v: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+        for name, urls in v.items():
+            if not urls:
+                raise ValueError(f"GATEWAY_POOL_{name.upper()}_URLS is empty")
+            for url in urls:
+                if not url.startswith(("http://", "https://")):
+                    raise ValueError(
+                        f"GATEWAY_POOL_{name.upper()}_URLS: {url!r} is not an http(s) URL"
+                    )
+        return v
+
+    def rules_path(self) -> Path:
+        """--rules / GATEWAY_RULES, else ./routing_rules.yaml, else the repository's copy."""
+        if self.rules is not None:
+            return self.rules
+        local = Path("routing_rules.yaml")
+        return local if local.is_file() else _REPO_RULES
+
+
+def pool_urls_from_env(environ: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
+    out: dict[str, tuple[str, ...]] = {}
+    for key, value in environ.items():
+        m = _POOL_ENV.match(key)
+        if m:
+            out[m.group(1).lower()] = tuple(u.strip() for u in value.split(",") if u.strip())
+    return out
+
+
+def load_settings(environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:
+    """Settings from the environment (or ``environ``), with explicit overrides on top."""
+    env = os.environ if environ is None else environ
+    values: dict[str, object] = {"pool_urls": pool_urls_from_env(env)}
+    if environ is not None:
+        for field in Settings.model_fields:
+            key = f"GATEWAY_{field.upper()}"
+            if key in environ and field != "pool_urls":
+                values[field] = environ[key]
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    if environ is None:
+        return Settings(**values)  # type: ignore[arg-type]
+    return Settings.model_validate(values)

@@ -1,0 +1,115 @@
+"""Shared fixtures: real processes on real sockets (fake engines, the gateway itself)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+RULES = ROOT / "routing_rules.yaml"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Proc:
+    """A child process that is ready once ``ready_url`` answers 200."""
+
+    def __init__(self, argv: list[str], ready_url: str, env: dict[str, str] | None = None,
+                 timeout: float = 20.0):
+        self.url = ready_url
+        self.p = subprocess.Popen(argv, env={**os.environ, **(env or {})},
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.p.poll() is not None:
+                out = self.p.stdout.read().decode() if self.p.stdout else ""
+                raise RuntimeError(f"{argv} exited with {self.p.returncode}:\n{out}")
+            try:
+                with urllib.request.urlopen(ready_url, timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"{argv} not ready after {timeout}s")
+
+    def stop(self) -> None:
+        if self.p.poll() is None:
+            self.p.terminate()
+            try:
+                self.p.wait(5)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+        if self.p.stdout:
+            self.p.stdout.close()
+
+
+def start_engine(name: str) -> tuple[Proc, str]:
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    proc = Proc([sys.executable, str(ROOT / "tests" / "fake_engine.py"), "--name", name,
+                 "--port", str(port)], f"{base}/health")
+    return proc, base
+
+
+def rules_for_tests(**tier_timeouts: float) -> dict[str, Any]:
+    """The repository's rules with test-sized timeouts."""
+    data: dict[str, Any] = yaml.safe_load(RULES.read_text())
+    t = {"connect": 1.0, "ttft": 1.0, "total": 3.0, "stall": 1.0, **tier_timeouts}
+    for tier in data["tiers"].values():
+        tier["timeouts"] = dict(t)
+        tier["circuit"] = {"failures": 1000, "cooldown": 1.0}
+    return data
+
+
+def start_gateway(tmp: Path, rules: dict[str, Any], urls: dict[str, str],
+                  extra_env: dict[str, str] | None = None) -> tuple[Proc, str]:
+    path = tmp / f"rules-{free_port()}.yaml"
+    path.write_text(yaml.safe_dump(rules))
+    port = free_port()
+    env = {f"GATEWAY_POOL_{k.upper()}_URLS": v for k, v in urls.items()}
+    env.update(extra_env or {})
+    proc = Proc([sys.executable, "-m", "gateway.cli", "serve", "--rules", str(path),
+                 "--port", str(port)], f"http://127.0.0.1:{port}/healthz", env=env)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture(scope="session")
+def engines() -> Iterator[dict[str, str]]:
+    hs, hs_url = start_engine("highspeed")
+    st, st_url = start_engine("standard")
+    yield {"highspeed": hs_url, "standard": st_url}
+    hs.stop()
+    st.stop()
+
+
+@pytest.fixture(scope="session")
+def gateway(engines: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[str]:
+    proc, url = start_gateway(tmp_path_factory.mktemp("gw"), rules_for_tests(), engines)
+    yield url
+    proc.stop()
+
+
+@pytest.fixture()
+def client(gateway: str) -> Any:
+    import openai
+
+    c = openai.OpenAI(base_url=f"{gateway}/v1", api_key="unused", max_retries=0, timeout=20)
+    yield c
+    c.close()
