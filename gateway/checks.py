@@ -303,10 +303,21 @@ Long enough that indentation or a common phrase rarely recurs by chance; at most
 the smallest allowed ``min_span_chars`` so a loop always holds needle plus one period."""
 _MAX_CANDIDATES: Final = 8
 """Candidate periods tried per probe point; bounds the cost on code full of repeats."""
-_BLANK_SPAN_FACTOR: Final = 4
-"""A loop of pure whitespace (spaces, newlines) must span this many times ``min_span_chars``:
-padded Markdown table cells and aligned code legitimately hold runs of a few hundred blanks,
-while a model stuck emitting newlines produces thousands."""
+_LETTER: Final = re.compile(r"[^\W\d_]")  # any letter, CJK included
+
+
+def _span_factor(unit: str) -> int:
+    """How many times ``min_span_chars`` a loop of this unit must span to count.
+
+    Units with letters: 1. Units of digits and punctuation only: 2, because data and layout
+    legitimately repeat verbatim for a while (a printed 10x10 zero matrix is 200-340 chars,
+    empty Markdown table rows, "=====" rules), while a model stuck on "!!!!" goes on for
+    thousands. Whitespace only: 4, as padded table cells and aligned columns hold runs of a
+    few hundred blanks, while a model stuck emitting newlines produces thousands.
+    """
+    if unit.isspace():
+        return 4
+    return 1 if _LETTER.search(unit) else 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -379,14 +390,14 @@ def _find_loop(text: str, st: RepetitionSettings) -> _Loop | None:
     m = _NEEDLE_CHARS
     max_period = st.max_period
     repeats = st.min_repeats
-    blank_span = _BLANK_SPAN_FACTOR * min_span
     stride = max(st.probe_stride, -(-n // st.max_probes))
-    anchors = list(range(min_span, n, stride))
-    if text[-1].isspace():
-        stripped_end = len(text.rstrip())
-        if stripped_end >= min_span and (not anchors or stripped_end > anchors[-1]):
-            anchors.append(stripped_end)
-    anchors.append(n)
+    # Trailing whitespace would hide a loop from the end probe: probe before it as well.
+    end = len(text.rstrip()) if text[-1].isspace() else n
+    anchors = list(range(min_span, end, stride))
+    if end >= min_span:
+        anchors.append(end)
+    if end < n:
+        anchors.append(n)
     for a in anchors:
         needle = text[a - m : a]
         lo = max(a - m - max_period, 0)
@@ -400,7 +411,7 @@ def _find_loop(text: str, st: RepetitionSettings) -> _Loop | None:
             # Cheap look at the far end of the span first, then the whole span at once.
             if text[s : s + m] == text[s + p : s + p + m] and text[s : a - p] == text[s + p : a]:
                 loop = _Loop(_extend_back(text, s, p), _extend_forward(text, a, p), p)
-                if not text[a - p : a].isspace() or loop.end - loop.start >= blank_span:
+                if loop.end - loop.start >= min_span * _span_factor(text[a - p : a]):
                     return loop
             tries += 1
             pos = text.rfind(needle, lo, pos + m - 1)

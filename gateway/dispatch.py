@@ -34,6 +34,7 @@ from tenacity import (
     stop_after_attempt,
     wait_exponential_jitter,
 )
+from tenacity.stop import stop_base
 
 from gateway.checks import Check, Output, run_checks
 from gateway.errors import UpstreamFailed, UpstreamTimeout
@@ -143,6 +144,16 @@ def _is_token(event: bytes) -> bool:
                                        "function_call", "refusal")):
             return True
     return "usage" in obj and not obj.get("choices")
+
+
+class _StopAt(stop_base):
+    """Stop retrying when too little of the request's deadline is left for an attempt."""
+
+    def __init__(self, deadline_at: float):
+        self.deadline_at = deadline_at
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        return self.deadline_at - time.monotonic() < _MIN_ATTEMPT_S
 
 
 class Dispatcher:
@@ -268,9 +279,6 @@ class Dispatcher:
                 self._give_up(e, failures)
         rest = iter(tiers[1:])
 
-        def before_deadline(state: RetryCallState) -> bool:
-            return deadline_at - time.monotonic() < _MIN_ATTEMPT_S
-
         def retryable(exc: BaseException) -> bool:
             return isinstance(exc, AttemptError) and exc.retryable
 
@@ -282,7 +290,7 @@ class Dispatcher:
         if first_wait < 0:
             self._give_up(AttemptError("deadline", "deadline reached", timeout=True), failures)
         await asyncio.sleep(first_wait)
-        retrying = AsyncRetrying(stop=stop_after_attempt(len(tiers) - 1) | before_deadline,
+        retrying = AsyncRetrying(stop=stop_after_attempt(len(tiers) - 1) | _StopAt(deadline_at),
                                  wait=wait, retry=retry_if_exception(retryable), reraise=True)
         tier = tiers[0]
         try:

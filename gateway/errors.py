@@ -4,17 +4,17 @@ Every error a client can see is a ``GatewayError``; the api layer turns it into
 ``{"error": {"message", "type", "param", "code"}}`` with the status below, in one place
 (:func:`error_body`). Callers catch by category::
 
-    GatewayError                      (status, type, code)
-    ├── BadRequest                    400 invalid_request_error
-    │   ├── InvalidJSON               400 invalid_request_error / invalid_json
-    │   └── InvalidField              400 invalid_request_error / invalid_type|missing_required_parameter|...
-    ├── Unauthorized                  401 authentication_error / invalid_api_key
-    ├── NotFound                      404 invalid_request_error / not_found
-    │   └── ModelNotFound             404 invalid_request_error / model_not_found
-    ├── MethodNotAllowed              405 invalid_request_error / method_not_allowed
-    ├── PayloadTooLarge               413 invalid_request_error / request_too_large
-    └── UpstreamFailed                502 upstream_error / all_tiers_failed   (every tier failed)
-        └── UpstreamTimeout           504 upstream_error / upstream_timeout    (the last failure was a timeout)
+    GatewayError                  (status, type, code)
+    ├── BadRequest                400 invalid_request_error
+    │   ├── InvalidJSON           400 invalid_request_error / invalid_json
+    │   └── InvalidField          400 invalid_request_error / invalid_type, ...
+    ├── Unauthorized              401 authentication_error / invalid_api_key
+    ├── NotFound                  404 invalid_request_error / not_found
+    │   └── ModelNotFound         404 invalid_request_error / model_not_found
+    ├── MethodNotAllowed          405 invalid_request_error / method_not_allowed
+    ├── PayloadTooLarge           413 invalid_request_error / request_too_large
+    └── UpstreamFailed            502 upstream_error / all_tiers_failed (all tiers)
+        └── UpstreamTimeout       504 upstream_error / upstream_timeout (last: timeout)
 
 Upstream 4xx answers other than 408/429 are the client's fault and are relayed as
 they are, not wrapped.

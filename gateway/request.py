@@ -7,10 +7,9 @@ engine unchanged. Errors are precise 400s naming the offending ``param``.
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 from typing import Any, Literal
-
-import zlib
 
 import orjson
 

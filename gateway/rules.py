@@ -118,10 +118,14 @@ class Dispatch(_Strict):
     backoff_jitter: float = Field(default=0.02, ge=0)
 
 
+def _auto_only() -> dict[str, str | None]:
+    return {"auto": None}
+
+
 class Rules(_Strict):
     version: int = 1
     tiers: dict[str, Tier] = Field(min_length=1)
-    aliases: dict[str, str | None] = Field(default_factory=lambda: {"auto": None})
+    aliases: dict[str, str | None] = Field(default_factory=_auto_only)
     sla_classes: dict[str, SlaClass] = Field(min_length=1)
     default_sla: str
     tasks: dict[str, TaskClass] = Field(min_length=1)

@@ -1,0 +1,58 @@
+"""The ``gateway`` command as a user runs it: validate, explain, serve with a broken file."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def gateway(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gateway.cli", *args], capture_output=True,
+                          text=True, timeout=30, cwd=ROOT, env=env)
+
+
+def test_validate_ok() -> None:
+    r = gateway("validate", "routing_rules.yaml")
+    assert r.returncode == 0
+    assert r.stdout.startswith("ok: routing_rules.yaml: 2 tiers")
+
+
+def test_validate_prints_every_error_with_its_path(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    text = (ROOT / "routing_rules.yaml").read_text()
+    text = text.replace("default_sla: standard", "default_sla: asap")
+    text = text.replace("ttft: 5.0      #", "ttft: -5.0     #")
+    bad.write_text(text)
+    r = gateway("validate", str(bad))
+    assert r.returncode == 2
+    assert "tiers.highspeed.timeouts.ttft: Input should be greater than 0" in r.stderr
+    r2 = gateway("validate", str(bad).replace("bad", "missing"))
+    assert r2.returncode == 2 and "cannot read" in r2.stderr
+
+
+def test_serve_refuses_a_broken_rules_file(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("tiers: {highspeed: {model: m, endpoints: [http://x], colour: red}}\n")
+    r = gateway("serve", "--rules", str(bad), "--port", "0")
+    assert r.returncode == 2
+    assert "tiers.highspeed.colour: Extra inputs are not permitted" in r.stderr
+    assert "sla_classes: Field required" in r.stderr
+
+
+def test_explain_prints_the_decision(tmp_path: Path) -> None:
+    req = tmp_path / "req.json"
+    req.write_text(json.dumps({"headers": {"x-gateway-sla": "batch"}, "body": {
+        "model": "auto", "messages": [{"role": "user", "content": "hello"}]}}))
+    r = gateway("explain", "routing_rules.yaml", str(req))
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["rule"] == "batch-to-standard"
+    assert out["tiers"] == ["standard"]
+    assert out["cls"]["sla_source"] == "header"
+    req.write_text(json.dumps({"model": "nope", "messages": [{"role": "user", "content": "x"}]}))
+    r = gateway("explain", "routing_rules.yaml", str(req))
+    assert r.returncode == 1 and "404 model_not_found" in r.stderr
