@@ -48,11 +48,13 @@ def _request_id(request: web.Request) -> str:
     return "req_" + os.urandom(12).hex()
 
 
-def error_response(err: GatewayError, rid: str, extra: dict[str, str] | None = None
-                   ) -> web.Response:
+def error_response(
+    err: GatewayError, rid: str, extra: dict[str, str] | None = None
+) -> web.Response:
     headers = {H_REQUEST_ID: rid, **(extra or {})}
-    return web.Response(status=err.status, body=error_body(err), content_type=_JSON,
-                        headers=headers)
+    return web.Response(
+        status=err.status, body=error_body(err), content_type=_JSON, headers=headers
+    )
 
 
 def _explain(d: RouteDecision, out: Outcome | None, t0: float) -> dict[str, str]:
@@ -70,16 +72,18 @@ def _explain(d: RouteDecision, out: Outcome | None, t0: float) -> dict[str, str]
 async def _read(request: web.Request, gw: Gateway) -> bytes:
     limit = gw.settings.max_body_bytes
     if request.content_length is not None and request.content_length > limit:
-        raise PayloadTooLarge(f"The request body is {request.content_length} bytes; the "
-                              f"limit is {limit} bytes.")
+        raise PayloadTooLarge(
+            f"The request body is {request.content_length} bytes; the limit is {limit} bytes."
+        )
     try:
         return await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise PayloadTooLarge(f"The request body is over the limit of {limit} bytes.") from None
 
 
-async def _handle(request: web.Request, parse: Callable[[bytes], ClientRequest]
-                  ) -> web.StreamResponse:
+async def _handle(
+    request: web.Request, parse: Callable[[bytes], ClientRequest]
+) -> web.StreamResponse:
     t0 = time.perf_counter()
     gw = request.app[GATEWAY]
     rid = _request_id(request)
@@ -97,15 +101,17 @@ async def _handle(request: web.Request, parse: Callable[[bytes], ClientRequest]
         return error_response(e, rid, _explain(d, None, t0) if d else None)
     except AttemptError as e:  # the engine refused the request itself: relay its answer
         headers = {H_REQUEST_ID: rid, **(_explain(d, None, t0) if d else {})}
-        return web.Response(status=e.status or 400, body=e.body, content_type=_JSON,
-                            headers=headers)
+        return web.Response(
+            status=e.status or 400, body=e.body, content_type=_JSON, headers=headers
+        )
     headers = _explain(d, out, t0)
     headers[H_REQUEST_ID] = rid
     return web.Response(body=out.body, content_type=_JSON, headers=headers)
 
 
-async def _relay_stream(request: web.Request, out: Outcome, d: RouteDecision, rid: str,
-                        t0: float) -> web.StreamResponse:
+async def _relay_stream(
+    request: web.Request, out: Outcome, d: RouteDecision, rid: str, t0: float
+) -> web.StreamResponse:
     assert out.stream is not None
     up = out.stream.resp
     headers = _explain(d, out, t0)
@@ -127,8 +133,10 @@ async def _relay_stream(request: web.Request, out: Outcome, d: RouteDecision, ri
     except (aiohttp.ClientError, TimeoutError) as e:
         # the engine cut or stalled after the client got bytes: never end silently
         msg = "stall" if isinstance(e, TimeoutError) else "stream_cut"
-        await _write_error(resp, f"The upstream stream from tier {out.tier} broke off "
-                                 f"({msg}) before it was complete.")
+        await _write_error(
+            resp,
+            f"The upstream stream from tier {out.tier} broke off ({msg}) before it was complete.",
+        )
         finished = errored = True
     except ConnectionResetError:
         pass  # the client went away; the finally below cancels the upstream
@@ -141,8 +149,7 @@ async def _relay_stream(request: web.Request, out: Outcome, d: RouteDecision, ri
         return resp
     tail = (prev + last)[-64:]
     if not errored and b"[DONE]" not in tail:
-        await _write_error(resp, f"The upstream stream from tier {out.tier} ended "
-                                 "without [DONE].")
+        await _write_error(resp, f"The upstream stream from tier {out.tier} ended without [DONE].")
     if out.fallback:
         await resp.write(f": {H_FALLBACK} {out.fallback}\n\n".encode())
     await resp.write_eof()
@@ -151,8 +158,9 @@ async def _relay_stream(request: web.Request, out: Outcome, d: RouteDecision, ri
 
 async def _write_error(resp: web.StreamResponse, message: str) -> None:
     body = error_body(GatewayError(message, code="stream_cut"))
-    await resp.write(b"data: " + body.replace(b'"api_error"', b'"upstream_error"') +
-                     b"\n\ndata: [DONE]\n\n")
+    await resp.write(
+        b"data: " + body.replace(b'"api_error"', b'"upstream_error"') + b"\n\ndata: [DONE]\n\n"
+    )
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -181,9 +189,11 @@ async def fallthrough(request: web.Request) -> web.Response:
     rid = _request_id(request)
     method = _KNOWN.get(request.path)
     if method is not None:
-        return error_response(MethodNotAllowed(
-            f"{request.method} is not allowed on {request.path}; use {method}."), rid,
-            {"Allow": method})
+        return error_response(
+            MethodNotAllowed(f"{request.method} is not allowed on {request.path}; use {method}."),
+            rid,
+            {"Allow": method},
+        )
     return error_response(NotFound(f"Unknown path {request.path}."), rid)
 
 

@@ -37,8 +37,15 @@ class Gateway:
         rules = rules.with_endpoints(settings.pool_urls)
         pools = Pools(dict(rules.tiers))
         checks = build_checks(rules.checks)
-        return cls(settings, rules, Classifier(rules), Router(rules), pools,
-                   Dispatcher(pools, checks, rules.dispatch), _models_body(rules))
+        return cls(
+            settings,
+            rules,
+            Classifier(rules),
+            Router(rules),
+            pools,
+            Dispatcher(pools, checks, rules.dispatch),
+            _models_body(rules),
+        )
 
     async def close(self) -> None:
         await self.pools.close()

@@ -86,7 +86,9 @@ class Classifier:
             if task not in rules.tasks:
                 raise InvalidField(
                     f"Unknown task {task!r} in {H_TASK}; known: {', '.join(rules.tasks)}.",
-                    param=H_TASK, code="invalid_value")
+                    param=H_TASK,
+                    code="invalid_value",
+                )
             task_source = "header"
         else:
             task, task_source = self._shape(req, has_tools)
@@ -95,8 +97,10 @@ class Classifier:
         if sla is not None:
             if sla not in rules.sla_classes:
                 raise InvalidField(
-                    f"Unknown SLA class {sla!r} in {H_SLA}; known: "
-                    f"{', '.join(rules.sla_classes)}.", param=H_SLA, code="invalid_value")
+                    f"Unknown SLA class {sla!r} in {H_SLA}; known: {', '.join(rules.sla_classes)}.",
+                    param=H_SLA,
+                    code="invalid_value",
+                )
             sla_source = "header"
         else:
             tc = rules.tasks.get(task)
@@ -106,8 +110,19 @@ class Classifier:
         hdrs: tuple[tuple[str, str], ...] = ()
         if self._rule_headers:
             hdrs = tuple((n, v) for n in self._rule_headers if (v := headers.get(n)) is not None)
-        return Classification(task, task_source, sla, sla_source, tier_hint, hint_source,
-                              req.model, has_tools, req.stream, req.prompt_tokens, hdrs)
+        return Classification(
+            task,
+            task_source,
+            sla,
+            sla_source,
+            tier_hint,
+            hint_source,
+            req.model,
+            has_tools,
+            req.stream,
+            req.prompt_tokens,
+            hdrs,
+        )
 
     def _tier_hint(self, model: str, header: str | None) -> tuple[str | None, str | None]:
         aliases = self._rules.aliases
@@ -119,15 +134,18 @@ class Classifier:
             known = sorted({*aliases, *self._model_tiers})
             raise ModelNotFound(
                 f"The model '{model}' does not exist; this gateway serves: {', '.join(known)}.",
-                param="model")
+                param="model",
+            )
         if header is not None:
             if header in self._rules.tiers:
                 return header, "header"
             if header in aliases and aliases[header] is not None:
                 return aliases[header], "header"
-            raise InvalidField(f"Unknown tier {header!r} in {H_TIER}; known: "
-                               f"{', '.join(self._rules.tiers)}.", param=H_TIER,
-                               code="invalid_value")
+            raise InvalidField(
+                f"Unknown tier {header!r} in {H_TIER}; known: {', '.join(self._rules.tiers)}.",
+                param=H_TIER,
+                code="invalid_value",
+            )
         return model_tier, ("model" if model_tier else None)
 
     def _shape(self, req: ClientRequest, has_tools: bool) -> tuple[str, str]:

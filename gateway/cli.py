@@ -49,8 +49,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     tiers = ", ".join(f"{n} -> {','.join(t.endpoints)}" for n, t in rules.tiers.items())
     print(f"gateway: rules {path}; tiers: {tiers}", flush=True)
     loop = _new_loop()
-    web.run_app(app, host=settings.host, port=settings.port, access_log=None,
-                print=lambda s: print(s, flush=True), loop=loop, backlog=4096)
+    web.run_app(
+        app,
+        host=settings.host,
+        port=settings.port,
+        access_log=None,
+        print=lambda s: print(s, flush=True),
+        loop=loop,
+        backlog=4096,
+    )
     return 0
 
 
@@ -64,13 +71,16 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     rules = _load(Path(args.file))
-    print(f"ok: {args.file}: {len(rules.tiers)} tiers, {len(rules.rules)} rules, "
-          f"{len(rules.tasks)} tasks, {len(rules.sla_classes)} SLA classes")
+    print(
+        f"ok: {args.file}: {len(rules.tiers)} tiers, {len(rules.rules)} rules, "
+        f"{len(rules.tasks)} tasks, {len(rules.sla_classes)} SLA classes"
+    )
     return 0
 
 
-def explain(rules: Rules, request: dict[str, Any], settings: Settings | None = None
-            ) -> dict[str, Any]:
+def explain(
+    rules: Rules, request: dict[str, Any], settings: Settings | None = None
+) -> dict[str, Any]:
     """The routing decision for ``request`` as a JSON-able dict (nothing is sent)."""
     from gateway.classify import Classifier
     from gateway.request import parse_chat, parse_completion
@@ -106,8 +116,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     try:
         out = explain(rules, request)
     except GatewayError as e:
-        print(f"error: the gateway would answer {e.status} {e.code}: {e.message}",
-              file=sys.stderr)
+        print(f"error: the gateway would answer {e.status} {e.code}: {e.message}", file=sys.stderr)
         return 1
     sys.stdout.write(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode() + "\n")
     return 0

@@ -81,7 +81,8 @@ class Outcome:
         if not self.failures:
             return None
         return "; ".join(f"{f.short()} ({f.detail[:80]})" for f in self.failures) + (
-            f" -> {self.tier}")
+            f" -> {self.tier}"
+        )
 
 
 def _outputs(kind: str, payload: Any) -> list[Output]:
@@ -140,8 +141,9 @@ def _is_token(event: bytes) -> bool:
             return True
         delta = ch.get("delta")
         if isinstance(delta, dict) and any(
-                delta.get(k) for k in ("content", "tool_calls", "reasoning_content",
-                                       "function_call", "refusal")):
+            delta.get(k)
+            for k in ("content", "tool_calls", "reasoning_content", "function_call", "refusal")
+        ):
             return True
     return "usage" in obj and not obj.get("choices")
 
@@ -161,12 +163,14 @@ class Dispatcher:
         self._pools = pools
         self._checks = checks
         self._cfg = cfg
-        self._wait = wait_exponential_jitter(multiplier=cfg.backoff_initial, max=cfg.backoff_max,
-                                             jitter=cfg.backoff_jitter)
+        self._wait = wait_exponential_jitter(
+            multiplier=cfg.backoff_initial, max=cfg.backoff_max, jitter=cfg.backoff_jitter
+        )
 
     # -- public --------------------------------------------------------------------------
-    async def complete(self, req: ClientRequest, d: RouteDecision, deadline_at: float,
-                       affinity: int) -> Outcome:
+    async def complete(
+        self, req: ClientRequest, d: RouteDecision, deadline_at: float, affinity: int
+    ) -> Outcome:
         checks = [self._checks[n] for n in d.checks]
         upstream = [0.0]
 
@@ -178,8 +182,9 @@ class Dispatcher:
             rep.in_flight += 1
             t0 = time.perf_counter()
             try:
-                data = await pool.post(rep, _PATHS[req.kind], body,
-                                       pool.timeout(remaining, stream=False))
+                data = await pool.post(
+                    rep, _PATHS[req.kind], body, pool.timeout(remaining, stream=False)
+                )
             except AttemptError as e:
                 pool.record(not e.retryable)
                 raise
@@ -202,8 +207,9 @@ class Dispatcher:
         tier, data, failures = await self._run(d.tiers, attempt, deadline_at)
         return Outcome(tier, data, None, failures, upstream[0])
 
-    async def stream(self, req: ClientRequest, d: RouteDecision, deadline_at: float,
-                     affinity: int) -> Outcome:
+    async def stream(
+        self, req: ClientRequest, d: RouteDecision, deadline_at: float, affinity: int
+    ) -> Outcome:
         upstream = [0.0]
 
         async def attempt(tier: str) -> StreamStart:
@@ -216,8 +222,9 @@ class Dispatcher:
             rep.in_flight += 1
             try:
                 async with asyncio.timeout(ttft):
-                    resp = await pool.open_stream(rep, _PATHS[req.kind], body,
-                                                  pool.timeout(remaining, stream=True))
+                    resp = await pool.open_stream(
+                        rep, _PATHS[req.kind], body, pool.timeout(remaining, stream=True)
+                    )
                     try:
                         head = await self._first_event(resp)
                     except BaseException:
@@ -225,8 +232,9 @@ class Dispatcher:
                         raise
             except TimeoutError:
                 pool.record(False)
-                raise AttemptError("timeout_ttft", f"no first token within {ttft:.2f}s",
-                                   timeout=True) from None
+                raise AttemptError(
+                    "timeout_ttft", f"no first token within {ttft:.2f}s", timeout=True
+                ) from None
             except AttemptError as e:
                 pool.record(not e.retryable)
                 raise
@@ -268,8 +276,9 @@ class Dispatcher:
         except aiohttp.ClientError as e:
             raise AttemptError("stream_cut", str(e)[:160] or type(e).__name__) from None
 
-    async def _run(self, tiers: tuple[str, ...], attempt: Callable[[str], Awaitable[T]],
-                   deadline_at: float) -> tuple[str, T, list[Failure]]:
+    async def _run(
+        self, tiers: tuple[str, ...], attempt: Callable[[str], Awaitable[T]], deadline_at: float
+    ) -> tuple[str, T, list[Failure]]:
         failures: list[Failure] = []
         try:
             return tiers[0], await attempt(tiers[0]), failures
@@ -285,13 +294,20 @@ class Dispatcher:
         def wait(state: RetryCallState) -> float:
             return max(0.0, min(self._wait(state), deadline_at - time.monotonic() - _MIN_ATTEMPT_S))
 
-        first_wait = min(self._cfg.backoff_initial + random.uniform(0, self._cfg.backoff_jitter),
-                         self._cfg.backoff_max, deadline_at - time.monotonic() - _MIN_ATTEMPT_S)
+        first_wait = min(
+            self._cfg.backoff_initial + random.uniform(0, self._cfg.backoff_jitter),
+            self._cfg.backoff_max,
+            deadline_at - time.monotonic() - _MIN_ATTEMPT_S,
+        )
         if first_wait < 0:
             self._give_up(AttemptError("deadline", "deadline reached", timeout=True), failures)
         await asyncio.sleep(first_wait)
-        retrying = AsyncRetrying(stop=stop_after_attempt(len(tiers) - 1) | _StopAt(deadline_at),
-                                 wait=wait, retry=retry_if_exception(retryable), reraise=True)
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(len(tiers) - 1) | _StopAt(deadline_at),
+            wait=wait,
+            retry=retry_if_exception(retryable),
+            reraise=True,
+        )
         tier = tiers[0]
         try:
             async for a in retrying:

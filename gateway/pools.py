@@ -28,8 +28,16 @@ _MAX_ERROR_BODY = 64 * 1024
 class AttemptError(Exception):
     """One attempt on one tier failed. ``kind`` is short and ASCII (it goes into headers)."""
 
-    def __init__(self, kind: str, detail: str, *, retryable: bool = True, timeout: bool = False,
-                 status: int | None = None, body: bytes | None = None):
+    def __init__(
+        self,
+        kind: str,
+        detail: str,
+        *,
+        retryable: bool = True,
+        timeout: bool = False,
+        status: int | None = None,
+        body: bytes | None = None,
+    ):
         super().__init__(f"{kind}: {detail}")
         self.kind = kind
         self.detail = detail
@@ -87,12 +95,24 @@ class Pool:
 
     @classmethod
     def create(cls, name: str, tier: Tier) -> Pool:
-        connector = aiohttp.TCPConnector(limit=0, limit_per_host=tier.max_connections,
-                                         keepalive_timeout=60, enable_cleanup_closed=False)
-        session = aiohttp.ClientSession(connector=connector, skip_auto_headers=_SKIP_HEADERS,
-                                        timeout=aiohttp.ClientTimeout(total=None))
-        return cls(name, tier, session, [Replica(_base(u)) for u in tier.endpoints],
-                   Circuit(tier.circuit.failures, tier.circuit.cooldown))
+        connector = aiohttp.TCPConnector(
+            limit=0,
+            limit_per_host=tier.max_connections,
+            keepalive_timeout=60,
+            enable_cleanup_closed=False,
+        )
+        session = aiohttp.ClientSession(
+            connector=connector,
+            skip_auto_headers=_SKIP_HEADERS,
+            timeout=aiohttp.ClientTimeout(total=None),
+        )
+        return cls(
+            name,
+            tier,
+            session,
+            [Replica(_base(u)) for u in tier.endpoints],
+            Circuit(tier.circuit.failures, tier.circuit.cooldown),
+        )
 
     async def close(self) -> None:
         await self.session.close()
@@ -126,15 +146,18 @@ class Pool:
         total = min(t.total, remaining)
         # for a stream, sock_read is the stall limit between chunks at no per-chunk cost;
         # a non-streamed answer arrives in one piece, so only the total applies
-        return aiohttp.ClientTimeout(total=total, sock_connect=t.connect,
-                                     sock_read=t.stall if stream else None)
+        return aiohttp.ClientTimeout(
+            total=total, sock_connect=t.connect, sock_read=t.stall if stream else None
+        )
 
-    async def post(self, replica: Replica, path: str, body: bytes,
-                   timeout: aiohttp.ClientTimeout) -> bytes:
+    async def post(
+        self, replica: Replica, path: str, body: bytes, timeout: aiohttp.ClientTimeout
+    ) -> bytes:
         """POST and return the 200 body; raise AttemptError on anything else."""
         try:
-            async with self.session.post(replica.url + path, data=body, headers=_JSON,
-                                         timeout=timeout) as resp:
+            async with self.session.post(
+                replica.url + path, data=body, headers=_JSON, timeout=timeout
+            ) as resp:
                 data = await resp.read()
                 if resp.status != 200:
                     raise status_error(resp.status, data)
@@ -142,22 +165,26 @@ class Pool:
         except AttemptError:
             raise
         except TimeoutError:
-            raise AttemptError("timeout", f"no answer within {timeout.total:.1f}s",
-                               timeout=True) from None
+            raise AttemptError(
+                "timeout", f"no answer within {timeout.total:.1f}s", timeout=True
+            ) from None
         except aiohttp.ClientConnectionError as e:
             raise AttemptError("connect", _short(e)) from None
         except aiohttp.ClientError as e:
             raise AttemptError("upstream", _short(e)) from None
 
-    async def open_stream(self, replica: Replica, path: str, body: bytes,
-                          timeout: aiohttp.ClientTimeout) -> aiohttp.ClientResponse:
+    async def open_stream(
+        self, replica: Replica, path: str, body: bytes, timeout: aiohttp.ClientTimeout
+    ) -> aiohttp.ClientResponse:
         """POST a streaming request; return the open 200 response (caller releases it)."""
         try:
-            resp = await self.session.post(replica.url + path, data=body, headers=_JSON,
-                                           timeout=timeout)
+            resp = await self.session.post(
+                replica.url + path, data=body, headers=_JSON, timeout=timeout
+            )
         except TimeoutError:
-            raise AttemptError("timeout_ttft", "no response headers in time",
-                               timeout=True) from None
+            raise AttemptError(
+                "timeout_ttft", "no response headers in time", timeout=True
+            ) from None
         except aiohttp.ClientConnectionError as e:
             raise AttemptError("connect", _short(e)) from None
         except aiohttp.ClientError as e:
@@ -177,8 +204,7 @@ def status_error(status: int, body: bytes) -> AttemptError:
         snippet = body[:200].decode("utf-8", "replace").replace("\n", " ")
         return AttemptError(f"http_{status}", snippet or "no body", status=status)
     # other 4xx: the request itself is wrong; another tier would say the same
-    return AttemptError(f"http_{status}", "client error", retryable=False, status=status,
-                        body=body)
+    return AttemptError(f"http_{status}", "client error", retryable=False, status=status, body=body)
 
 
 def _short(e: BaseException) -> str:

@@ -43,13 +43,17 @@ def _affinity(head: str) -> int:
 
 
 def _missing(param: str) -> InvalidField:
-    return InvalidField(f"Missing required parameter: '{param}'.", param=param,
-                        code="missing_required_parameter")
+    return InvalidField(
+        f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter"
+    )
 
 
 def _type(param: str, expected: str, value: object) -> InvalidField:
-    return InvalidField(f"Invalid type for '{param}': expected {expected}, "
-                        f"but got {_json_type(value)}.", param=param, code="invalid_type")
+    return InvalidField(
+        f"Invalid type for '{param}': expected {expected}, but got {_json_type(value)}.",
+        param=param,
+        code="invalid_type",
+    )
 
 
 def _json_type(v: object) -> str:
@@ -92,8 +96,9 @@ def _common(body: dict[str, Any]) -> tuple[str, bool, bool]:
         v = body.get(p)
         if v is not None:
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise InvalidField(f"Invalid '{p}': expected an integer >= 1.", param=p,
-                                   code="invalid_value")
+                raise InvalidField(
+                    f"Invalid '{p}': expected an integer >= 1.", param=p, code="invalid_value"
+                )
             max_set = True
     so = body.get("stream_options")
     if so is not None and not isinstance(so, dict):
@@ -147,9 +152,12 @@ def _response_format(body: dict[str, Any]) -> tuple[bool, dict[str, Any] | None]
         raise _type("response_format", "an object", rf)
     typ = rf.get("type")
     if typ not in _FORMATS:
-        raise InvalidField(f"Invalid 'response_format.type': {typ!r}; expected one of "
-                           "'text', 'json_object', 'json_schema'.", param="response_format.type",
-                           code="invalid_value")
+        raise InvalidField(
+            f"Invalid 'response_format.type': {typ!r}; expected one of "
+            "'text', 'json_object', 'json_schema'.",
+            param="response_format.type",
+            code="invalid_value",
+        )
     if typ == "text":
         return False, None
     schema = None
@@ -173,8 +181,9 @@ def parse_chat(raw: bytes) -> ClientRequest:
     if not isinstance(messages, list):
         raise _type("messages", "an array", messages)
     if not messages:
-        raise InvalidField("'messages' must contain at least one message.", param="messages",
-                           code="invalid_value")
+        raise InvalidField(
+            "'messages' must contain at least one message.", param="messages", code="invalid_value"
+        )
     chars = 0
     last_user = ""
     head = ""
@@ -183,8 +192,11 @@ def parse_chat(raw: bytes) -> ClientRequest:
             raise _type(f"messages[{i}]", "an object", m)
         role = m.get("role")
         if not isinstance(role, str) or role not in _ROLES:
-            raise InvalidField(f"Invalid 'messages[{i}].role': {role!r}.",
-                               param=f"messages[{i}].role", code="invalid_value")
+            raise InvalidField(
+                f"Invalid 'messages[{i}].role': {role!r}.",
+                param=f"messages[{i}].role",
+                code="invalid_value",
+            )
         text = _content_text(m.get("content"), f"messages[{i}].content")
         chars += len(text)
         if i == 0:
@@ -193,8 +205,9 @@ def parse_chat(raw: bytes) -> ClientRequest:
             last_user = text
     tools = _tools(body)
     json_mode, schema = _response_format(body)
-    facts = RequestFacts(max_tokens_set=max_set, json_mode=json_mode, json_schema=schema,
-                         tools=tools)
+    facts = RequestFacts(
+        max_tokens_set=max_set, json_mode=json_mode, json_schema=schema, tools=tools
+    )
     return ClientRequest("chat", body, model, stream, facts, last_user, chars, _affinity(head))
 
 
@@ -216,5 +229,6 @@ def parse_completion(raw: bytes) -> ClientRequest:
     else:
         raise _type("prompt", "a string, an array of strings or an array of token ids", prompt)
     facts = RequestFacts(max_tokens_set=max_set, json_mode=False, json_schema=None, tools={})
-    return ClientRequest("completions", body, model, stream, facts, text, len(text),
-                         _affinity(text[:256]))
+    return ClientRequest(
+        "completions", body, model, stream, facts, text, len(text), _affinity(text[:256])
+    )

@@ -37,8 +37,12 @@ def _in(values: tuple[str, ...] | None, v: str | None) -> bool:
 
 
 def matches(w: When, c: Classification) -> bool:
-    if not (_in(w.task, c.task) and _in(w.sla, c.sla) and _in(w.model, c.model)
-            and _in(w.tier_hint, c.tier_hint)):
+    if not (
+        _in(w.task, c.task)
+        and _in(w.sla, c.sla)
+        and _in(w.model, c.model)
+        and _in(w.tier_hint, c.tier_hint)
+    ):
         return False
     if w.has_tools is not None and w.has_tools != c.has_tools:
         return False
@@ -73,7 +77,7 @@ class Router:
         why = [f"tier={rule.tier}"]
         if c.tier_hint is not None:
             hint = c.tier_hint
-            chain = chain[chain.index(hint):] if hint in chain else (hint, *chain)
+            chain = chain[chain.index(hint) :] if hint in chain else (hint, *chain)
             why = [f"tier={hint} pinned by {c.hint_source}"]
         tiers = tuple(t for t in chain if healthy.get(t, True))
         skipped = [t for t in chain if t not in tiers]
@@ -82,5 +86,6 @@ class Router:
         if not tiers:
             tiers = chain[-1:]
         sla = self._rules.sla_classes[c.sla]
-        return RouteDecision(name, tiers, rule.checks, sla.deadline, sla.ttft_budget,
-                             " ".join(why), c)
+        return RouteDecision(
+            name, tiers, rule.checks, sla.deadline, sla.ttft_budget, " ".join(why), c
+        )

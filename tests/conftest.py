@@ -28,11 +28,21 @@ def free_port() -> int:
 class Proc:
     """A child process that is ready once ``ready_url`` answers 200."""
 
-    def __init__(self, argv: list[str], ready_url: str, env: dict[str, str] | None = None,
-                 timeout: float = 20.0):
+    def __init__(
+        self,
+        argv: list[str],
+        ready_url: str,
+        env: dict[str, str] | None = None,
+        timeout: float = 20.0,
+    ):
         self.url = ready_url
-        self.p = subprocess.Popen(argv, env={**os.environ, **(env or {})},
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
+        self.p = subprocess.Popen(
+            argv,
+            env={**os.environ, **(env or {})},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.p.poll() is not None:
@@ -62,8 +72,17 @@ class Proc:
 def start_engine(name: str) -> tuple[Proc, str]:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    proc = Proc([sys.executable, str(ROOT / "tests" / "fake_engine.py"), "--name", name,
-                 "--port", str(port)], f"{base}/health")
+    proc = Proc(
+        [
+            sys.executable,
+            str(ROOT / "tests" / "fake_engine.py"),
+            "--name",
+            name,
+            "--port",
+            str(port),
+        ],
+        f"{base}/health",
+    )
     return proc, base
 
 
@@ -77,15 +96,19 @@ def rules_for_tests(**tier_timeouts: float) -> dict[str, Any]:
     return data
 
 
-def start_gateway(tmp: Path, rules: dict[str, Any], urls: dict[str, str],
-                  extra_env: dict[str, str] | None = None) -> tuple[Proc, str]:
+def start_gateway(
+    tmp: Path, rules: dict[str, Any], urls: dict[str, str], extra_env: dict[str, str] | None = None
+) -> tuple[Proc, str]:
     path = tmp / f"rules-{free_port()}.yaml"
     path.write_text(yaml.safe_dump(rules))
     port = free_port()
     env = {f"GATEWAY_POOL_{k.upper()}_URLS": v for k, v in urls.items()}
     env.update(extra_env or {})
-    proc = Proc([sys.executable, "-m", "gateway.cli", "serve", "--rules", str(path),
-                 "--port", str(port)], f"http://127.0.0.1:{port}/healthz", env=env)
+    proc = Proc(
+        [sys.executable, "-m", "gateway.cli", "serve", "--rules", str(path), "--port", str(port)],
+        f"http://127.0.0.1:{port}/healthz",
+        env=env,
+    )
     return proc, f"http://127.0.0.1:{port}"
 
 
@@ -99,8 +122,7 @@ def engines() -> Iterator[dict[str, str]]:
 
 
 @pytest.fixture(scope="session")
-def gateway(engines: dict[str, str], tmp_path_factory: pytest.TempPathFactory
-            ) -> Iterator[str]:
+def gateway(engines: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     proc, url = start_gateway(tmp_path_factory.mktemp("gw"), rules_for_tests(), engines)
     yield url
     proc.stop()

@@ -84,8 +84,13 @@ class Engine:
         if "length" in d:
             finish = "length"
         if "tool" in d:
-            calls = [{"id": "call_1", "type": "function",
-                      "function": {"name": d["tool"], "arguments": d.get("args", "{}")}}]
+            calls = [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": d["tool"], "arguments": d.get("args", "{}")},
+                }
+            ]
             text, finish = "", "tool_calls"
         return text, finish, calls
 
@@ -99,17 +104,30 @@ class Engine:
             await asyncio.sleep(3600)
         if "status" in d:
             status = int(d["status"])
-            err = {"error": {"message": f"{self.name} says {status}", "type": "engine_error",
-                             "param": None, "code": status}}
+            err = {
+                "error": {
+                    "message": f"{self.name} says {status}",
+                    "type": "engine_error",
+                    "param": None,
+                    "code": status,
+                }
+            }
             return web.json_response(err, status=status)
         if "malformed" in d:
             return web.Response(text="<html>oops</html>", content_type="text/html")
         chat = request.path.endswith("/chat/completions")
         text, finish, calls = self.answer(body, d)
-        base = {"id": f"cmpl-{self.name}-{len(self.requests)}", "created": int(time.time()),
-                "model": body.get("model"), "system_fingerprint": f"fp_{self.name}"}
-        usage = {"prompt_tokens": 10, "completion_tokens": max(1, len(text.split())),
-                 "total_tokens": 10 + max(1, len(text.split()))}
+        base = {
+            "id": f"cmpl-{self.name}-{len(self.requests)}",
+            "created": int(time.time()),
+            "model": body.get("model"),
+            "system_fingerprint": f"fp_{self.name}",
+        }
+        usage = {
+            "prompt_tokens": 10,
+            "completion_tokens": max(1, len(text.split())),
+            "total_tokens": 10 + max(1, len(text.split())),
+        }
         if body.get("stream"):
             return await self.stream(request, body, d, base, text, finish, calls, usage, chat)
         if chat:
@@ -121,12 +139,22 @@ class Engine:
         else:
             choice = {"index": 0, "text": text, "finish_reason": finish}
             obj = "text_completion"
-        return web.json_response({**base, "object": obj, "choices": [choice], "usage": usage,
-                                  "engine": self.name})
+        return web.json_response(
+            {**base, "object": obj, "choices": [choice], "usage": usage, "engine": self.name}
+        )
 
-    async def stream(self, request: web.Request, body: dict[str, Any], d: dict[str, str],
-                     base: dict[str, Any], text: str, finish: str, calls: list[Any],
-                     usage: dict[str, int], chat: bool) -> web.StreamResponse:
+    async def stream(
+        self,
+        request: web.Request,
+        body: dict[str, Any],
+        d: dict[str, str],
+        base: dict[str, Any],
+        text: str,
+        finish: str,
+        calls: list[Any],
+        usage: dict[str, int],
+        chat: bool,
+    ) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         obj = "chat.completion.chunk" if chat else "text_completion"
@@ -148,8 +176,14 @@ class Engine:
         n = int(d.get("chunks", "8"))
         words = text.split(" ")
         per = max(1, -(-len(words) // n))
-        pieces = [" ".join(words[i:i + per]) + (" " if i + per < len(words) else "")
-                  for i in range(0, len(words), per)] if text else []
+        pieces = (
+            [
+                " ".join(words[i : i + per]) + (" " if i + per < len(words) else "")
+                for i in range(0, len(words), per)
+            ]
+            if text
+            else []
+        )
         try:
             await resp.write(b": keep-alive\n\n")
             if chat:
@@ -211,5 +245,11 @@ if __name__ == "__main__":
     ap.add_argument("--name", required=True)
     ap.add_argument("--port", type=int, required=True)
     a = ap.parse_args()
-    web.run_app(make_app(a.name), host="127.0.0.1", port=a.port, access_log=None,
-                print=lambda s: print(s, flush=True), handler_cancellation=True)
+    web.run_app(
+        make_app(a.name),
+        host="127.0.0.1",
+        port=a.port,
+        access_log=None,
+        print=lambda s: print(s, flush=True),
+        handler_cancellation=True,
+    )

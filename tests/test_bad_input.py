@@ -11,10 +11,19 @@ from typing import Any
 import pytest
 
 
-def post(gateway: str, path: str, body: bytes, headers: dict[str, str] | None = None,
-         method: str = "POST") -> tuple[int, dict[str, Any], dict[str, str]]:
-    req = urllib.request.Request(f"{gateway}{path}", data=body, method=method,
-                                 headers={"Content-Type": "application/json", **(headers or {})})
+def post(
+    gateway: str,
+    path: str,
+    body: bytes,
+    headers: dict[str, str] | None = None,
+    method: str = "POST",
+) -> tuple[int, dict[str, Any], dict[str, str]]:
+    req = urllib.request.Request(
+        f"{gateway}{path}",
+        data=body,
+        method=method,
+        headers={"Content-Type": "application/json", **(headers or {})},
+    )
     try:
         with urllib.request.urlopen(req, timeout=10) as r:
             return r.status, json.loads(r.read()), dict(r.headers)
@@ -32,34 +41,76 @@ CASES = [
     ("empty-body", b"", 400, "invalid_json", None),
     ("not-an-object", b"[1, 2]", 400, "invalid_json", None),
     ("missing-messages", b'{"model": "auto"}', 400, "missing_required_parameter", "messages"),
-    ("missing-model", b'{"messages": [{"role": "user", "content": "x"}]}', 400,
-     "missing_required_parameter", "model"),
-    ("model-wrong-type", json.dumps({"model": 5, "messages": []}).encode(), 400, "invalid_type",
-     "model"),
-    ("messages-not-array", json.dumps({"model": "auto", "messages": "hi"}).encode(), 400,
-     "invalid_type", "messages"),
-    ("empty-messages", json.dumps({"model": "auto", "messages": []}).encode(), 400,
-     "invalid_value", "messages"),
-    ("bad-role", json.dumps({"model": "auto", "messages": [{"role": "bot", "content": "x"}]})
-     .encode(), 400, "invalid_value", "messages[0].role"),
-    ("content-wrong-type", json.dumps({"model": "auto", "messages": [
-        {"role": "user", "content": 42}]}).encode(), 400, "invalid_type", "messages[0].content"),
+    (
+        "missing-model",
+        b'{"messages": [{"role": "user", "content": "x"}]}',
+        400,
+        "missing_required_parameter",
+        "model",
+    ),
+    (
+        "model-wrong-type",
+        json.dumps({"model": 5, "messages": []}).encode(),
+        400,
+        "invalid_type",
+        "model",
+    ),
+    (
+        "messages-not-array",
+        json.dumps({"model": "auto", "messages": "hi"}).encode(),
+        400,
+        "invalid_type",
+        "messages",
+    ),
+    (
+        "empty-messages",
+        json.dumps({"model": "auto", "messages": []}).encode(),
+        400,
+        "invalid_value",
+        "messages",
+    ),
+    (
+        "bad-role",
+        json.dumps({"model": "auto", "messages": [{"role": "bot", "content": "x"}]}).encode(),
+        400,
+        "invalid_value",
+        "messages[0].role",
+    ),
+    (
+        "content-wrong-type",
+        json.dumps({"model": "auto", "messages": [{"role": "user", "content": 42}]}).encode(),
+        400,
+        "invalid_type",
+        "messages[0].content",
+    ),
     ("stream-wrong-type", msg(stream="yes"), 400, "invalid_type", "stream"),
     ("max-tokens-zero", msg(max_tokens=0), 400, "invalid_value", "max_tokens"),
     ("max-tokens-string", msg(max_tokens="10"), 400, "invalid_value", "max_tokens"),
     ("tools-not-array", msg(tools={"a": 1}), 400, "invalid_type", "tools"),
-    ("tool-without-name", msg(tools=[{"type": "function", "function": {}}]), 400,
-     "missing_required_parameter", "tools[0].function.name"),
-    ("bad-response-format", msg(response_format={"type": "yaml"}), 400, "invalid_value",
-     "response_format.type"),
+    (
+        "tool-without-name",
+        msg(tools=[{"type": "function", "function": {}}]),
+        400,
+        "missing_required_parameter",
+        "tools[0].function.name",
+    ),
+    (
+        "bad-response-format",
+        msg(response_format={"type": "yaml"}),
+        400,
+        "invalid_value",
+        "response_format.type",
+    ),
     ("unknown-model", msg(model="gpt-17"), 404, "model_not_found", "model"),
 ]
 
 
-@pytest.mark.parametrize(("body", "status", "code", "param"),
-                         [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_bad_chat_bodies(gateway: str, body: bytes, status: int, code: str,
-                         param: str | None) -> None:
+@pytest.mark.parametrize(
+    ("body", "status", "code", "param"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_bad_chat_bodies(
+    gateway: str, body: bytes, status: int, code: str, param: str | None
+) -> None:
     got, payload, headers = post(gateway, "/v1/chat/completions", body)
     assert got == status
     err = payload["error"]
@@ -77,8 +128,7 @@ HEADER_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("name", "value", "param"), HEADER_CASES,
-                         ids=[c[0] for c in HEADER_CASES])
+@pytest.mark.parametrize(("name", "value", "param"), HEADER_CASES, ids=[c[0] for c in HEADER_CASES])
 def test_bad_hint_headers(gateway: str, name: str, value: str, param: str) -> None:
     got, payload, _ = post(gateway, "/v1/chat/completions", msg(), {name: value})
     assert got == 400
@@ -101,8 +151,10 @@ def test_oversize_body_is_413(gateway: str) -> None:
 def test_oversize_chunked_body_is_413(gateway: str) -> None:
     host, port = gateway.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=10) as s:
-        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
-                  b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+        s.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+            b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
         piece = b"x" * (1024 * 1024)
         try:
             for _ in range(12):
@@ -115,16 +167,25 @@ def test_oversize_chunked_body_is_413(gateway: str) -> None:
     assert b"request_too_large" in head or b"request_too_large" in head
 
 
-@pytest.mark.parametrize(("method", "path", "status", "code"), [
-    ("GET", "/v1/chat/completions", 405, "method_not_allowed"),
-    ("POST", "/v1/models", 405, "method_not_allowed"),
-    ("GET", "/v1/embeddings", 404, "not_found"),
-    ("POST", "/nope", 404, "not_found"),
-], ids=["get-chat", "post-models", "unknown-get", "unknown-post"])
-def test_unknown_routes_and_methods(gateway: str, method: str, path: str, status: int,
-                                    code: str) -> None:
-    got, payload, _ = post(gateway, path, b"{}" if method == "POST" else None,  # type: ignore[arg-type]
-                           method=method)
+@pytest.mark.parametrize(
+    ("method", "path", "status", "code"),
+    [
+        ("GET", "/v1/chat/completions", 405, "method_not_allowed"),
+        ("POST", "/v1/models", 405, "method_not_allowed"),
+        ("GET", "/v1/embeddings", 404, "not_found"),
+        ("POST", "/nope", 404, "not_found"),
+    ],
+    ids=["get-chat", "post-models", "unknown-get", "unknown-post"],
+)
+def test_unknown_routes_and_methods(
+    gateway: str, method: str, path: str, status: int, code: str
+) -> None:
+    got, payload, _ = post(
+        gateway,
+        path,
+        b"{}" if method == "POST" else None,  # type: ignore[arg-type]
+        method=method,
+    )
     assert got == status
     assert payload["error"]["code"] == code
 

@@ -20,8 +20,9 @@ RULES = load_rules(ROOT / "routing_rules.yaml")
 
 
 def chat(content: str, **kw: Any) -> bytes:
-    return json.dumps({"model": kw.pop("model", "auto"),
-                       "messages": [{"role": "user", "content": content}], **kw}).encode()
+    return json.dumps(
+        {"model": kw.pop("model", "auto"), "messages": [{"role": "user", "content": content}], **kw}
+    ).encode()
 
 
 TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
@@ -31,37 +32,103 @@ CLASSIFY = [
     # id, body, headers, task, task_source, sla, tier_hint
     ("chat", chat("How are you today?"), {}, "chat", "default", "interactive", None),
     ("tools", chat("weather?", tools=TOOLS), {}, "agent", "tools", "interactive", None),
-    ("json", chat("list", response_format={"type": "json_object"}), {}, "extraction", "json",
-     "standard", None),
+    (
+        "json",
+        chat("list", response_format={"type": "json_object"}),
+        {},
+        "extraction",
+        "json",
+        "standard",
+        None,
+    ),
     ("fence", chat("Fix this:\n```py\nx=1\n```"), {}, "code", "code", "interactive", None),
-    ("fim", chat("<|fim_prefix|>def f(): <|fim_suffix|>"), {}, "code", "code", "interactive",
-     None),
-    ("keywords", chat("def add(a, b):\n    return a + b\nwhy?"), {}, "code", "code",
-     "interactive", None),
-    ("one-keyword-is-not-code", chat("I want to import a car"), {}, "chat", "default",
-     "interactive", None),
-    ("summarize-long", chat(LONG + "\nSummarize the above."), {}, "summarization",
-     "summarization", "standard", None),
-    ("summarize-short-is-chat", chat("Summarize your day"), {}, "chat", "default", "interactive",
-     None),
-    ("reasoning", chat("Solve for x step by step: 2x+3=7"), {}, "reasoning", "reasoning",
-     "standard", None),
+    ("fim", chat("<|fim_prefix|>def f(): <|fim_suffix|>"), {}, "code", "code", "interactive", None),
+    (
+        "keywords",
+        chat("def add(a, b):\n    return a + b\nwhy?"),
+        {},
+        "code",
+        "code",
+        "interactive",
+        None,
+    ),
+    (
+        "one-keyword-is-not-code",
+        chat("I want to import a car"),
+        {},
+        "chat",
+        "default",
+        "interactive",
+        None,
+    ),
+    (
+        "summarize-long",
+        chat(LONG + "\nSummarize the above."),
+        {},
+        "summarization",
+        "summarization",
+        "standard",
+        None,
+    ),
+    (
+        "summarize-short-is-chat",
+        chat("Summarize your day"),
+        {},
+        "chat",
+        "default",
+        "interactive",
+        None,
+    ),
+    (
+        "reasoning",
+        chat("Solve for x step by step: 2x+3=7"),
+        {},
+        "reasoning",
+        "reasoning",
+        "standard",
+        None,
+    ),
     ("task-header", chat("hi"), {"x-gateway-task": "batch"}, "batch", "header", "batch", None),
     ("sla-header", chat("hi"), {"x-gateway-sla": "batch"}, "chat", "default", "batch", None),
     ("alias-fast", chat("hi", model="fast"), {}, "chat", "default", "interactive", "highspeed"),
-    ("tier-header", chat("hi"), {"x-gateway-tier": "standard"}, "chat", "default",
-     "interactive", "standard"),
-    ("tier-header-alias", chat("hi"), {"x-gateway-tier": "fast"}, "chat", "default",
-     "interactive", "highspeed"),
-    ("tools-beat-json", chat("x", tools=TOOLS, response_format={"type": "json_object"}), {},
-     "agent", "tools", "interactive", None),
+    (
+        "tier-header",
+        chat("hi"),
+        {"x-gateway-tier": "standard"},
+        "chat",
+        "default",
+        "interactive",
+        "standard",
+    ),
+    (
+        "tier-header-alias",
+        chat("hi"),
+        {"x-gateway-tier": "fast"},
+        "chat",
+        "default",
+        "interactive",
+        "highspeed",
+    ),
+    (
+        "tools-beat-json",
+        chat("x", tools=TOOLS, response_format={"type": "json_object"}),
+        {},
+        "agent",
+        "tools",
+        "interactive",
+        None,
+    ),
 ]
 
 
-@pytest.mark.parametrize(("body", "headers", "task", "source", "sla", "hint"),
-                         [c[1:] for c in CLASSIFY], ids=[c[0] for c in CLASSIFY])
-def test_classify(body: bytes, headers: dict[str, str], task: str, source: str, sla: str,
-                  hint: str | None) -> None:
+@pytest.mark.parametrize(
+    ("body", "headers", "task", "source", "sla", "hint"),
+    [c[1:] for c in CLASSIFY],
+    ids=[c[0] for c in CLASSIFY],
+)
+def test_classify(
+    body: bytes, headers: dict[str, str], task: str, source: str, sla: str, hint: str | None
+) -> None:
     c = Classifier(RULES).classify(parse_chat(body), headers)
     assert (c.task, c.task_source, c.sla, c.tier_hint) == (task, source, sla, hint)
 
@@ -71,14 +138,19 @@ def test_classify_completions_prompt() -> None:
     assert Classifier(RULES).classify(req, {}).task == "code"
 
 
-@pytest.mark.parametrize(("body", "headers", "exc", "param"), [
-    (chat("x", model="gpt-4"), {}, ModelNotFound, "model"),
-    (chat("x"), {"x-gateway-task": "nope"}, InvalidField, "x-gateway-task"),
-    (chat("x"), {"x-gateway-sla": "nope"}, InvalidField, "x-gateway-sla"),
-    (chat("x"), {"x-gateway-tier": "nope"}, InvalidField, "x-gateway-tier"),
-], ids=["unknown-model", "bad-task", "bad-sla", "bad-tier"])
-def test_classify_rejects(body: bytes, headers: dict[str, str], exc: type[Exception],
-                          param: str) -> None:
+@pytest.mark.parametrize(
+    ("body", "headers", "exc", "param"),
+    [
+        (chat("x", model="gpt-4"), {}, ModelNotFound, "model"),
+        (chat("x"), {"x-gateway-task": "nope"}, InvalidField, "x-gateway-task"),
+        (chat("x"), {"x-gateway-sla": "nope"}, InvalidField, "x-gateway-sla"),
+        (chat("x"), {"x-gateway-tier": "nope"}, InvalidField, "x-gateway-tier"),
+    ],
+    ids=["unknown-model", "bad-task", "bad-sla", "bad-tier"],
+)
+def test_classify_rejects(
+    body: bytes, headers: dict[str, str], exc: type[Exception], param: str
+) -> None:
     with pytest.raises(exc) as ei:
         Classifier(RULES).classify(parse_chat(body), headers)
     assert ei.value.param == param  # type: ignore[attr-defined]
@@ -87,27 +159,85 @@ def test_classify_rejects(body: bytes, headers: dict[str, str], exc: type[Except
 ROUTE = [
     # id, body, headers, health, rule, tiers, reason-part
     ("default", chat("hello"), {}, {}, "default", ("highspeed", "standard"), "tier=highspeed"),
-    ("agent", chat("x", tools=TOOLS), {}, {}, "agent-step", ("highspeed", "standard"),
-     "tier=highspeed"),
-    ("reasoning", chat("prove it step by step"), {}, {}, "reasoning-to-standard",
-     ("standard",), "tier=standard"),
-    ("batch", chat("hi"), {"x-gateway-sla": "batch"}, {}, "batch-to-standard", ("standard",),
-     "tier=standard"),
-    ("pin-standard-drops-fast", chat("hi", model="standard"), {}, {}, "default",
-     ("standard",), "pinned by model"),
-    ("pin-fast-on-standard-rule", chat("prove it step by step", model="fast"), {}, {},
-     "reasoning-to-standard", ("highspeed", "standard"), "tier=highspeed pinned by model"),
-    ("open-circuit", chat("hello"), {}, {"highspeed": False}, "default", ("standard",),
-     "circuit open: highspeed"),
-    ("all-open-still-tries-last", chat("hello"), {}, {"highspeed": False, "standard": False},
-     "default", ("standard",), "circuit open: highspeed,standard"),
+    (
+        "agent",
+        chat("x", tools=TOOLS),
+        {},
+        {},
+        "agent-step",
+        ("highspeed", "standard"),
+        "tier=highspeed",
+    ),
+    (
+        "reasoning",
+        chat("prove it step by step"),
+        {},
+        {},
+        "reasoning-to-standard",
+        ("standard",),
+        "tier=standard",
+    ),
+    (
+        "batch",
+        chat("hi"),
+        {"x-gateway-sla": "batch"},
+        {},
+        "batch-to-standard",
+        ("standard",),
+        "tier=standard",
+    ),
+    (
+        "pin-standard-drops-fast",
+        chat("hi", model="standard"),
+        {},
+        {},
+        "default",
+        ("standard",),
+        "pinned by model",
+    ),
+    (
+        "pin-fast-on-standard-rule",
+        chat("prove it step by step", model="fast"),
+        {},
+        {},
+        "reasoning-to-standard",
+        ("highspeed", "standard"),
+        "tier=highspeed pinned by model",
+    ),
+    (
+        "open-circuit",
+        chat("hello"),
+        {},
+        {"highspeed": False},
+        "default",
+        ("standard",),
+        "circuit open: highspeed",
+    ),
+    (
+        "all-open-still-tries-last",
+        chat("hello"),
+        {},
+        {"highspeed": False, "standard": False},
+        "default",
+        ("standard",),
+        "circuit open: highspeed,standard",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("body", "headers", "health", "rule", "tiers", "why"),
-                         [c[1:] for c in ROUTE], ids=[c[0] for c in ROUTE])
-def test_route(body: bytes, headers: dict[str, str], health: dict[str, bool], rule: str,
-               tiers: tuple[str, ...], why: str) -> None:
+@pytest.mark.parametrize(
+    ("body", "headers", "health", "rule", "tiers", "why"),
+    [c[1:] for c in ROUTE],
+    ids=[c[0] for c in ROUTE],
+)
+def test_route(
+    body: bytes,
+    headers: dict[str, str],
+    health: dict[str, bool],
+    rule: str,
+    tiers: tuple[str, ...],
+    why: str,
+) -> None:
     c = Classifier(RULES).classify(parse_chat(body), headers)
     d = Router(RULES).decide(c, health)
     assert (d.rule, d.tiers) == (rule, tiers)
@@ -121,18 +251,30 @@ def _rules_with(**changes: Any) -> Rules:
     return parse_rules(yaml.safe_dump(data))
 
 
-@pytest.mark.parametrize(("when", "headers", "prompt", "matches"), [
-    ({"headers": {"x-team": "search"}}, {"x-team": "search"}, "hi", True),
-    ({"headers": {"x-team": "search"}}, {"x-team": "ads"}, "hi", False),
-    ({"min_prompt_tokens": 100}, {}, "word " * 100, True),
-    ({"min_prompt_tokens": 100}, {}, "hi", False),
-    ({"max_prompt_tokens": 10}, {}, "hi", True),
-    ({"stream": True}, {}, "hi", False),
-    ({"model": ["auto"]}, {}, "hi", True),
-], ids=["header-eq", "header-ne", "min-tokens", "min-tokens-short", "max-tokens", "stream",
-        "model"])
-def test_when_conditions(when: dict[str, Any], headers: dict[str, str], prompt: str,
-                         matches: bool) -> None:
+@pytest.mark.parametrize(
+    ("when", "headers", "prompt", "matches"),
+    [
+        ({"headers": {"x-team": "search"}}, {"x-team": "search"}, "hi", True),
+        ({"headers": {"x-team": "search"}}, {"x-team": "ads"}, "hi", False),
+        ({"min_prompt_tokens": 100}, {}, "word " * 100, True),
+        ({"min_prompt_tokens": 100}, {}, "hi", False),
+        ({"max_prompt_tokens": 10}, {}, "hi", True),
+        ({"stream": True}, {}, "hi", False),
+        ({"model": ["auto"]}, {}, "hi", True),
+    ],
+    ids=[
+        "header-eq",
+        "header-ne",
+        "min-tokens",
+        "min-tokens-short",
+        "max-tokens",
+        "stream",
+        "model",
+    ],
+)
+def test_when_conditions(
+    when: dict[str, Any], headers: dict[str, str], prompt: str, matches: bool
+) -> None:
     rule = {"name": "probe", "when": when, "tier": "standard", "checks": []}
     rules = _rules_with(rules=[rule])
     c = Classifier(rules).classify(parse_chat(chat(prompt)), headers)
@@ -141,34 +283,62 @@ def test_when_conditions(when: dict[str, Any], headers: dict[str, str], prompt: 
 
 BAD_RULES = [
     ("unknown-top-key", {"colour": "red"}, "colour: Extra inputs are not permitted"),
-    ("unknown-tier-key", {"tiers": {"highspeed": {"model": "m", "endpoints": ["http://x"],
-                                                  "turbo": 1}}},
-     "tiers.highspeed.turbo: Extra inputs are not permitted"),
-    ("bad-timeout", {"tiers": {"highspeed": {"model": "m", "endpoints": ["http://x"],
-                                             "timeouts": {"ttft": -1}}}},
-     "tiers.highspeed.timeouts.ttft: Input should be greater than 0"),
-    ("bad-url", {"tiers": {"highspeed": {"model": "m", "endpoints": ["ftp://x"]}}},
-     "tiers.highspeed: Value error, endpoint 'ftp://x' is not an http(s) URL"),
-    ("rule-unknown-tier", {"rules": [{"name": "r", "tier": "gpu9"}]},
-     "rules[0].tier: unknown tier 'gpu9'"),
-    ("rule-unknown-check", {"rules": [{"name": "r", "tier": "standard", "checks": ["vibes"]}]},
-     "rules[0].checks[0]: unknown check 'vibes'"),
-    ("rule-unknown-task", {"rules": [{"name": "r", "tier": "standard",
-                                      "when": {"task": ["poetry"]}}]},
-     "rules[0].when.task[0]: unknown task 'poetry'"),
-    ("duplicate-rule", {"rules": [{"name": "r", "tier": "standard"},
-                                  {"name": "r", "tier": "standard"}]},
-     "rules[1].name: duplicate rule name 'r'"),
+    (
+        "unknown-tier-key",
+        {"tiers": {"highspeed": {"model": "m", "endpoints": ["http://x"], "turbo": 1}}},
+        "tiers.highspeed.turbo: Extra inputs are not permitted",
+    ),
+    (
+        "bad-timeout",
+        {
+            "tiers": {
+                "highspeed": {"model": "m", "endpoints": ["http://x"], "timeouts": {"ttft": -1}}
+            }
+        },
+        "tiers.highspeed.timeouts.ttft: Input should be greater than 0",
+    ),
+    (
+        "bad-url",
+        {"tiers": {"highspeed": {"model": "m", "endpoints": ["ftp://x"]}}},
+        "tiers.highspeed: Value error, endpoint 'ftp://x' is not an http(s) URL",
+    ),
+    (
+        "rule-unknown-tier",
+        {"rules": [{"name": "r", "tier": "gpu9"}]},
+        "rules[0].tier: unknown tier 'gpu9'",
+    ),
+    (
+        "rule-unknown-check",
+        {"rules": [{"name": "r", "tier": "standard", "checks": ["vibes"]}]},
+        "rules[0].checks[0]: unknown check 'vibes'",
+    ),
+    (
+        "rule-unknown-task",
+        {"rules": [{"name": "r", "tier": "standard", "when": {"task": ["poetry"]}}]},
+        "rules[0].when.task[0]: unknown task 'poetry'",
+    ),
+    (
+        "duplicate-rule",
+        {"rules": [{"name": "r", "tier": "standard"}, {"name": "r", "tier": "standard"}]},
+        "rules[1].name: duplicate rule name 'r'",
+    ),
     ("bad-default-sla", {"default_sla": "asap"}, "default_sla: unknown SLA class 'asap'"),
-    ("alias-unknown-tier", {"aliases": {"auto": None, "turbo": "gpu9"}},
-     "aliases.turbo: unknown tier 'gpu9'"),
-    ("check-settings-unknown-key", {"checks": {"vibes": {}}},
-     "checks.vibes: Extra inputs are not permitted"),
+    (
+        "alias-unknown-tier",
+        {"aliases": {"auto": None, "turbo": "gpu9"}},
+        "aliases.turbo: unknown tier 'gpu9'",
+    ),
+    (
+        "check-settings-unknown-key",
+        {"checks": {"vibes": {}}},
+        "checks.vibes: Extra inputs are not permitted",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("change", "expected"), [c[1:] for c in BAD_RULES],
-                         ids=[c[0] for c in BAD_RULES])
+@pytest.mark.parametrize(
+    ("change", "expected"), [c[1:] for c in BAD_RULES], ids=[c[0] for c in BAD_RULES]
+)
 def test_rules_errors_name_their_yaml_path(change: dict[str, Any], expected: str) -> None:
     with pytest.raises(RulesError) as ei:
         _rules_with(**change)
@@ -181,11 +351,15 @@ def test_rules_reports_every_error_at_once() -> None:
     assert len(ei.value.errors) == 2
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("tiers: [", "YAML syntax"),
-    ("- a\n- b", "<root>: expected a mapping"),
-    ("", "<root>: expected a mapping"),
-], ids=["syntax", "list", "empty"])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("tiers: [", "YAML syntax"),
+        ("- a\n- b", "<root>: expected a mapping"),
+        ("", "<root>: expected a mapping"),
+    ],
+    ids=["syntax", "list", "empty"],
+)
 def test_rules_yaml_shape_errors(text: str, expected: str) -> None:
     with pytest.raises(RulesError) as ei:
         parse_rules(text)

@@ -11,8 +11,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def gateway(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gateway.cli", *args], capture_output=True,
-                          text=True, timeout=30, cwd=ROOT, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "gateway.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=ROOT,
+        env=env,
+    )
 
 
 def test_validate_ok() -> None:
@@ -45,8 +51,14 @@ def test_serve_refuses_a_broken_rules_file(tmp_path: Path) -> None:
 
 def test_explain_prints_the_decision(tmp_path: Path) -> None:
     req = tmp_path / "req.json"
-    req.write_text(json.dumps({"headers": {"x-gateway-sla": "batch"}, "body": {
-        "model": "auto", "messages": [{"role": "user", "content": "hello"}]}}))
+    req.write_text(
+        json.dumps(
+            {
+                "headers": {"x-gateway-sla": "batch"},
+                "body": {"model": "auto", "messages": [{"role": "user", "content": "hello"}]},
+            }
+        )
+    )
     r = gateway("explain", "routing_rules.yaml", str(req))
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)

@@ -26,7 +26,8 @@ def reset(engines: dict[str, str]) -> None:
 
 def chat(client: Any, content: str, **kw: Any) -> Any:
     raw = client.chat.completions.with_raw_response.create(
-        model=kw.pop("model", "auto"), messages=[{"role": "user", "content": content}], **kw)
+        model=kw.pop("model", "auto"), messages=[{"role": "user", "content": content}], **kw
+    )
     return raw.headers, raw.parse()
 
 
@@ -45,11 +46,16 @@ def test_plain_chat_goes_to_highspeed_with_explaining_headers(client: Any) -> No
     assert resp.system_fingerprint == "fp_highspeed"  # upstream fields kept
 
 
-def test_unknown_fields_pass_through_and_model_is_the_tiers(client: Any,
-                                                            engines: dict[str, str]) -> None:
+def test_unknown_fields_pass_through_and_model_is_the_tiers(
+    client: Any, engines: dict[str, str]
+) -> None:
     reset(engines)
-    chat(client, "hi", extra_body={"top_k": 7, "regex": "a+", "custom": {"x": [1, 2]}},
-         temperature=0.1)
+    chat(
+        client,
+        "hi",
+        extra_body={"top_k": 7, "regex": "a+", "custom": {"x": [1, 2]}},
+        temperature=0.1,
+    )
     body = engine_requests(engines["highspeed"])[-1]
     assert body["top_k"] == 7 and body["regex"] == "a+" and body["custom"] == {"x": [1, 2]}
     assert body["temperature"] == 0.1
@@ -58,19 +64,26 @@ def test_unknown_fields_pass_through_and_model_is_the_tiers(client: Any,
 
 def test_request_id_is_echoed(client: Any) -> None:
     raw = client.chat.completions.with_raw_response.create(
-        model="auto", messages=[{"role": "user", "content": "x"}],
-        extra_headers={"x-request-id": "abc-123"})
+        model="auto",
+        messages=[{"role": "user", "content": "x"}],
+        extra_headers={"x-request-id": "abc-123"},
+    )
     assert raw.headers["x-request-id"] == "abc-123"
 
 
-@pytest.mark.parametrize(("model", "header", "tier", "route_part"), [
-    ("standard", None, "standard", "tier=standard pinned by model"),
-    ("fast", None, "highspeed", "tier=highspeed pinned by model"),
-    ("smollm2-135m-instruct", None, "standard", "tier=standard pinned by model"),
-    ("auto", "standard", "standard", "tier=standard pinned by header"),
-], ids=["alias-standard", "alias-fast", "tier-model-name", "tier-header"])
-def test_tier_pinning(client: Any, model: str, header: str | None, tier: str,
-                      route_part: str) -> None:
+@pytest.mark.parametrize(
+    ("model", "header", "tier", "route_part"),
+    [
+        ("standard", None, "standard", "tier=standard pinned by model"),
+        ("fast", None, "highspeed", "tier=highspeed pinned by model"),
+        ("smollm2-135m-instruct", None, "standard", "tier=standard pinned by model"),
+        ("auto", "standard", "standard", "tier=standard pinned by header"),
+    ],
+    ids=["alias-standard", "alias-fast", "tier-model-name", "tier-header"],
+)
+def test_tier_pinning(
+    client: Any, model: str, header: str | None, tier: str, route_part: str
+) -> None:
     extra = {"x-gateway-tier": header} if header else {}
     headers, resp = chat(client, "pin me", model=model, extra_headers=extra)
     assert headers["x-gateway-tier"] == tier
@@ -85,11 +98,12 @@ def test_reasoning_goes_to_standard(client: Any) -> None:
 
 
 def test_task_and_sla_headers(client: Any) -> None:
-    headers, _ = chat(client, "hello", extra_headers={"x-gateway-task": "code",
-                                                        "x-gateway-sla": "batch"})
+    headers, _ = chat(
+        client, "hello", extra_headers={"x-gateway-task": "code", "x-gateway-sla": "batch"}
+    )
     assert "task=code(header) sla=batch(header)" in headers["x-gateway-route"]
-    assert headers["x-gateway-tier"] == "standard"  # batch-to-standard matched first? no:
-    # rule order: agent, extraction, batch-to-standard -> batch SLA wins over code
+    assert headers["x-gateway-tier"] == "standard"  # rules run in order:
+    # batch-to-standard comes before the code rule, so the batch SLA wins
 
 
 def test_text_completions(client: Any) -> None:
@@ -106,18 +120,30 @@ def test_models_list(client: Any) -> None:
 
 
 def test_tools_and_json_mode_work(client: Any) -> None:
-    tools = [{"type": "function", "function": {
-        "name": "get_weather",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                       "required": ["city"]}}}]
-    headers, resp = chat(client, 'weather? [[*: tool=get_weather; args={"city": "Oslo"}]]',
-                         tools=tools)
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"city": {"type": "string"}},
+                    "required": ["city"],
+                },
+            },
+        }
+    ]
+    headers, resp = chat(
+        client, 'weather? [[*: tool=get_weather; args={"city": "Oslo"}]]', tools=tools
+    )
     call = resp.choices[0].message.tool_calls[0]
     assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {
-        "city": "Oslo"}
+        "city": "Oslo"
+    }
     assert headers["x-gateway-route"].startswith("agent-step; task=agent(tools)")
-    headers, resp = chat(client, 'give json [[*: json={"a": 1}]]',
-                         response_format={"type": "json_object"})
+    headers, resp = chat(
+        client, 'give json [[*: json={"a": 1}]]', response_format={"type": "json_object"}
+    )
     assert json.loads(resp.choices[0].message.content) == {"a": 1}
     assert headers["x-gateway-route"].startswith("extraction; task=extraction(json)")
 
@@ -138,8 +164,9 @@ FALLBACKS = [
 ]
 
 
-@pytest.mark.parametrize(("directive", "reason"), FALLBACKS,
-                         ids=[r.split(":", 1)[1] for _, r in FALLBACKS])
+@pytest.mark.parametrize(
+    ("directive", "reason"), FALLBACKS, ids=[r.split(":", 1)[1] for _, r in FALLBACKS]
+)
 def test_fallback_to_standard(client: Any, directive: str, reason: str) -> None:
     headers, resp = chat(client, f"question {directive}")
     assert resp.choices[0].message.content == "Echo (standard): question"
@@ -149,23 +176,35 @@ def test_fallback_to_standard(client: Any, directive: str, reason: str) -> None:
 
 
 def test_invalid_tool_call_falls_back(client: Any) -> None:
-    tools = [{"type": "function", "function": {
-        "name": "get_weather",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                       "required": ["city"]}}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"city": {"type": "string"}},
+                    "required": ["city"],
+                },
+            },
+        }
+    ]
     headers, resp = chat(
-        client, "w [[highspeed: tool=get_weather; args={}]] [[standard: tool=get_weather; "
-        'args={"city": "Rome"}]]', tools=tools)
+        client,
+        "w [[highspeed: tool=get_weather; args={}]] [[standard: tool=get_weather; "
+        'args={"city": "Rome"}]]',
+        tools=tools,
+    )
     assert headers["x-gateway-fallback"].startswith("highspeed:check_tool_call_valid")
-    assert json.loads(resp.choices[0].message.tool_calls[0].function.arguments) == {
-        "city": "Rome"}
+    assert json.loads(resp.choices[0].message.tool_calls[0].function.arguments) == {"city": "Rome"}
 
 
 def test_json_schema_failure_falls_back(client: Any) -> None:
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
     rf = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
-    headers, resp = chat(client, 'n [[highspeed: json={"n": "one"}]] [[standard: json={"n": 1}]]',
-                         response_format=rf)
+    headers, resp = chat(
+        client, 'n [[highspeed: json={"n": "one"}]] [[standard: json={"n": 1}]]', response_format=rf
+    )
     assert headers["x-gateway-fallback"].startswith("highspeed:check_json_schema")
     assert json.loads(resp.choices[0].message.content) == {"n": 1}
 
@@ -187,8 +226,7 @@ def test_every_tier_times_out_504(client: Any) -> None:
     assert ei.value.body["code"] == "upstream_timeout"
 
 
-def test_engine_client_error_is_relayed_not_retried(client: Any,
-                                                    engines: dict[str, str]) -> None:
+def test_engine_client_error_is_relayed_not_retried(client: Any, engines: dict[str, str]) -> None:
     reset(engines)
     with pytest.raises(openai.BadRequestError) as ei:
         chat(client, "[[highspeed: status=400]]")
@@ -196,11 +234,15 @@ def test_engine_client_error_is_relayed_not_retried(client: Any,
     assert engine_requests(engines["standard"]) == []
 
 
-def test_connection_refused_falls_back(engines: dict[str, str],
-                                       tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_connection_refused_falls_back(
+    engines: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
-    proc, url = start_gateway(tmp_path_factory.mktemp("gw"), rules_for_tests(),
-                              {"highspeed": dead, "standard": engines["standard"]})
+    proc, url = start_gateway(
+        tmp_path_factory.mktemp("gw"),
+        rules_for_tests(),
+        {"highspeed": dead, "standard": engines["standard"]},
+    )
     try:
         c = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
         headers, resp = chat(c, "anyone?")
@@ -210,12 +252,16 @@ def test_connection_refused_falls_back(engines: dict[str, str],
         proc.stop()
 
 
-def test_several_urls_spread_load(engines: dict[str, str],
-                                  tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_several_urls_spread_load(
+    engines: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> None:
     reset(engines)
     both = f"{engines['highspeed']},{engines['standard']}"
-    proc, url = start_gateway(tmp_path_factory.mktemp("gw"), rules_for_tests(),
-                              {"highspeed": both, "standard": engines["standard"]})
+    proc, url = start_gateway(
+        tmp_path_factory.mktemp("gw"),
+        rules_for_tests(),
+        {"highspeed": both, "standard": engines["standard"]},
+    )
     try:
         c = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
         for i in range(20):
@@ -237,8 +283,11 @@ def test_several_urls_spread_load(engines: dict[str, str],
 
 def stream(client: Any, content: str, **kw: Any) -> tuple[Any, list[Any]]:
     with client.chat.completions.with_streaming_response.create(
-            model=kw.pop("model", "auto"), messages=[{"role": "user", "content": content}],
-            stream=True, **kw) as r:
+        model=kw.pop("model", "auto"),
+        messages=[{"role": "user", "content": content}],
+        stream=True,
+        **kw,
+    ) as r:
         return r.headers, list(r.parse())
 
 
@@ -264,8 +313,9 @@ STREAM_FALLBACKS = [
 ]
 
 
-@pytest.mark.parametrize(("directive", "reason"), STREAM_FALLBACKS,
-                         ids=[r.split(":", 1)[1] for _, r in STREAM_FALLBACKS])
+@pytest.mark.parametrize(
+    ("directive", "reason"), STREAM_FALLBACKS, ids=[r.split(":", 1)[1] for _, r in STREAM_FALLBACKS]
+)
 def test_stream_falls_back_before_first_byte(client: Any, directive: str, reason: str) -> None:
     headers, chunks = stream(client, f"s {directive}")
     assert text_of(chunks) == "Echo (standard): s"
@@ -274,19 +324,25 @@ def test_stream_falls_back_before_first_byte(client: Any, directive: str, reason
 
 
 def raw_sse(gateway: str, content: str) -> bytes:
-    body = json.dumps({"model": "auto", "stream": True,
-                       "messages": [{"role": "user", "content": content}]}).encode()
-    req = urllib.request.Request(f"{gateway}/v1/chat/completions", data=body,
-                                 headers={"Content-Type": "application/json"})
+    body = json.dumps(
+        {"model": "auto", "stream": True, "messages": [{"role": "user", "content": content}]}
+    ).encode()
+    req = urllib.request.Request(
+        f"{gateway}/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=10) as r:
         data: bytes = r.read()
         return data
 
 
-@pytest.mark.parametrize("directive", ["[[*: cut_after=2; chunks=6]]",
-                                       "[[*: stall_after=2; chunks=6]]"], ids=["cut", "stall"])
-def test_stream_broken_after_first_byte_ends_with_error_and_done(gateway: str,
-                                                                 directive: str) -> None:
+@pytest.mark.parametrize(
+    "directive",
+    ["[[*: cut_after=2; chunks=6]]", "[[*: stall_after=2; chunks=6]]"],
+    ids=["cut", "stall"],
+)
+def test_stream_broken_after_first_byte_ends_with_error_and_done(
+    gateway: str, directive: str
+) -> None:
     data = raw_sse(gateway, f"one two three four five six seven {directive}")
     events = [e for e in data.split(b"\n\n") if e.startswith(b"data: ")]
     assert events[-1] == b"data: [DONE]"
@@ -295,15 +351,23 @@ def test_stream_broken_after_first_byte_ends_with_error_and_done(gateway: str,
     assert b'"content": "Echo' in data  # what was sent before the break stayed
 
 
-def test_stream_client_disconnect_cancels_upstream(gateway: str,
-                                                   engines: dict[str, str]) -> None:
+def test_stream_client_disconnect_cancels_upstream(gateway: str, engines: dict[str, str]) -> None:
     reset(engines)
-    body = json.dumps({"model": "auto", "stream": True, "messages": [
-        {"role": "user", "content": "long [[highspeed: gap=0.2; chunks=40]] " + "w " * 40}]})
+    body = json.dumps(
+        {
+            "model": "auto",
+            "stream": True,
+            "messages": [
+                {"role": "user", "content": "long [[highspeed: gap=0.2; chunks=40]] " + "w " * 40}
+            ],
+        }
+    )
     host, port = gateway.removeprefix("http://").split(":")
     s = socket.create_connection((host, int(port)))
-    s.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
-              f"\r\nContent-Length: {len(body)}\r\n\r\n{body}".encode())
+    s.sendall(
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+        f"\r\nContent-Length: {len(body)}\r\n\r\n{body}".encode()
+    )
     assert b"200 OK" in s.recv(4096)
     s.close()
     import time
@@ -315,3 +379,40 @@ def test_stream_client_disconnect_cancels_upstream(gateway: str,
             cancelled = json.loads(r.read())["cancelled"]
         time.sleep(0.05)
     assert cancelled == 1
+
+
+def test_open_circuit_sends_traffic_straight_to_standard(
+    engines: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    rules = rules_for_tests()
+    rules["tiers"]["highspeed"]["circuit"] = {"failures": 2, "cooldown": 60.0}
+    proc, url = start_gateway(tmp_path_factory.mktemp("gw"), rules, engines)
+    try:
+        c = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
+        for _ in range(2):
+            headers, _ = chat(c, "[[highspeed: status=500]]")
+            assert headers["x-gateway-fallback"].startswith("highspeed:http_500")
+        reset(engines)
+        headers, resp = chat(c, "fine now")
+        assert headers["x-gateway-tier"] == "standard"
+        assert "x-gateway-fallback" not in headers
+        assert "circuit open: highspeed" in headers["x-gateway-route"]
+        assert engine_requests(engines["highspeed"]) == []
+    finally:
+        proc.stop()
+
+
+def test_check_failures_do_not_open_the_circuit(
+    engines: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    rules = rules_for_tests()
+    rules["tiers"]["highspeed"]["circuit"] = {"failures": 2, "cooldown": 60.0}
+    proc, url = start_gateway(tmp_path_factory.mktemp("gw"), rules, engines)
+    try:
+        c = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
+        for _ in range(3):
+            chat(c, "[[highspeed: loop]]")
+        headers, _ = chat(c, "fine now")
+        assert headers["x-gateway-tier"] == "highspeed"
+    finally:
+        proc.stop()
