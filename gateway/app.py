@@ -68,6 +68,7 @@ def create_app(settings: Settings, rules: Rules) -> web.Application:
 
     async def lifespan(app: web.Application) -> AsyncIterator[None]:
         gw = Gateway.build(settings, rules)
+        gw.pools.start()
         app[GATEWAY] = gw
         yield
         await gw.close()

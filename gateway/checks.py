@@ -27,7 +27,7 @@ the only expensive step, compiling a JSON schema, happens once per distinct sche
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Annotated, Any, Final, Protocol
@@ -462,15 +462,39 @@ def _refuse_remote_ref(uri: str) -> Any:
     raise fastjsonschema.JsonSchemaDefinitionException(f"remote $ref not allowed: {uri}")
 
 
-# fastjsonschema fetches remote "$ref"s with urllib unless a handler takes the scheme; client
-# schemas must never make the gateway do I/O. Refs are also screened before compiling.
-_NO_REMOTE_REFS: Final[Mapping[str, Callable[[str], Any]]] = MappingProxyType(
-    dict.fromkeys(("", "http", "https", "file", "ftp", "data", "urn"), _refuse_remote_ref)
-)
+class _RefuseEveryScheme(Mapping[str, Callable[[str], Any]]):
+    """A fastjsonschema ``handlers`` mapping that claims every URI scheme and refuses it.
+
+    fastjsonschema fetches a "$ref" it cannot find in the schema itself with urllib unless a
+    handler claims the URI's scheme, and client schemas must never make the gateway do I/O
+    (SSRF). Listing schemes is not enough: an unlisted one ("gopher:", "custom:") falls
+    through to urllib, and even a "#..." ref goes remote under an "$id" with a fragment.
+    """
+
+    __slots__ = ()
+
+    def __getitem__(self, scheme: str) -> Callable[[str], Any]:
+        return _refuse_remote_ref
+
+    def __contains__(self, scheme: object) -> bool:
+        return True
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+_NO_REMOTE_REFS: Final = _RefuseEveryScheme()
 
 
 def _has_remote_ref(schema: Any) -> bool:
-    """True when any "$ref" in the schema points outside the document (not "#...")."""
+    """True when any "$ref" in the schema points outside the document (not "#...").
+
+    Such schemas are not compiled at all (cheap early exit); ``_NO_REMOTE_REFS`` is what
+    guarantees that compiling never fetches anything.
+    """
     stack = [schema]
     while stack:
         node = stack.pop()

@@ -6,19 +6,30 @@ failure is raised as an :class:`AttemptError` that says whether another tier may
 tried (``retryable``) and whether it was a timeout.
 
 Replica choice: requests that share a prompt prefix go to the same replica (so the
-engine's radix/prefix cache hits) unless that replica has clearly more requests in
-flight than the least loaded one (bounded-load affinity).
+engine's radix/prefix cache hits) unless that replica is clearly more loaded than the
+least loaded one (bounded-load affinity). Load is our own requests in flight plus the
+engine's queue as its ``/metrics`` last said (SGLang's ``sglang:num_queue_reqs``).
+
+Health: a background probe per pool asks every replica's ``/health`` each
+``health.interval`` seconds (and scrapes ``/metrics``); a replica that fails a probe,
+or refuses a connection, gets no traffic until a probe succeeds again. A pool whose
+replicas are all down counts as unavailable to the router, as does one whose circuit
+is open.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
 from dataclasses import dataclass, field
 
 import aiohttp
 
 from gateway.rules import Tier
+
+log = logging.getLogger("gateway.pools")
 
 _SKIP_HEADERS = ("Accept-Encoding", "User-Agent")
 _JSON = {"Content-Type": "application/json"}
@@ -56,7 +67,49 @@ def _base(url: str) -> str:
 class Replica:
     url: str
     in_flight: int = 0
-    failures: int = 0
+    up: bool = True
+    queued: float = 0.0  # engine-side queue from its last /metrics scrape
+    running: float = 0.0
+    cache_hit_rate: float | None = None
+    last_probe: float | None = None  # monotonic time of the last probe answer
+
+    @property
+    def load(self) -> float:
+        return self.in_flight + self.queued
+
+    def state(self) -> dict[str, object]:
+        return {
+            "url": self.url,
+            "up": self.up,
+            "in_flight": self.in_flight,
+            "queued": self.queued,
+            "running": self.running,
+            "cache_hit_rate": self.cache_hit_rate,
+        }
+
+
+_METRICS = {
+    b"sglang:num_queue_reqs": "queued",
+    b"sglang:num_running_reqs": "running",
+    b"sglang:cache_hit_rate": "cache_hit_rate",
+}
+
+
+def parse_metrics(text: bytes) -> dict[str, float]:
+    """Sum SGLang's gauges we use over their label sets (Prometheus text format)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith(b"sglang:"):
+            continue
+        name = line.split(b"{", 1)[0].split(b" ", 1)[0]
+        key = _METRICS.get(name)
+        if key is None:
+            continue
+        try:
+            out[key] = out.get(key, 0.0) + float(line.rsplit(b" ", 1)[1])
+        except (ValueError, IndexError):
+            continue
+    return out
 
 
 @dataclass(slots=True)
@@ -91,7 +144,7 @@ class Pool:
     session: aiohttp.ClientSession
     replicas: list[Replica]
     circuit: Circuit
-    _rr: int = field(default=0)
+    _probe: asyncio.Task[None] | None = field(default=None)
 
     @classmethod
     def create(cls, name: str, tier: Tier) -> Pool:
@@ -114,24 +167,60 @@ class Pool:
             Circuit(tier.circuit.failures, tier.circuit.cooldown),
         )
 
+    def start(self) -> None:
+        if self.tier.health.enabled:
+            self._probe = asyncio.get_running_loop().create_task(self._probe_loop())
+
     async def close(self) -> None:
+        if self._probe is not None:
+            self._probe.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._probe
         await self.session.close()
+
+    async def _probe_loop(self) -> None:
+        h = self.tier.health
+        while True:
+            await asyncio.gather(*(self.probe(r) for r in self.replicas))
+            await asyncio.sleep(h.interval)
+
+    async def probe(self, rep: Replica) -> None:
+        h = self.tier.health
+        timeout = aiohttp.ClientTimeout(total=h.timeout)
+        was_up = rep.up
+        try:
+            async with self.session.get(rep.url + h.path, timeout=timeout) as resp:
+                await resp.read()
+                rep.up = resp.status == 200
+        except (aiohttp.ClientError, TimeoutError):
+            rep.up = False
+        rep.last_probe = time.monotonic()
+        if rep.up != was_up:
+            log.warning("replica %s of %s is %s", rep.url, self.name, "up" if rep.up else "down")
+        if rep.up and h.metrics_path:
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                async with self.session.get(rep.url + h.metrics_path, timeout=timeout) as resp:
+                    if resp.status == 200:
+                        for key, value in parse_metrics(await resp.read()).items():
+                            setattr(rep, key, value)
 
     @property
     def model(self) -> str:
         return self.tier.model
 
-    def available(self) -> bool:
-        return self.circuit.available(time.monotonic())
+    def available(self, now: float) -> bool:
+        return self.circuit.available(now) and any(r.up for r in self.replicas)
 
     def choose(self, affinity: int) -> Replica:
         reps = self.replicas
         if len(reps) == 1:
             return reps[0]
-        preferred = reps[affinity % len(reps)]
-        least = min(reps, key=lambda r: r.in_flight)
-        # bounded load: keep the prefix-cache replica unless it has 25% (and 2) more in flight
-        if preferred.in_flight <= least.in_flight * 1.25 + 2:
+        live = [r for r in reps if r.up] or reps  # all down: try anyway, a probe may lag
+        # rendezvous-free affinity: a prefix keeps its replica while the replica set is stable
+        preferred = live[affinity % len(live)]
+        least = min(live, key=lambda r: r.load)
+        # bounded load: keep the prefix-cache replica unless it has 25% (and 2) more load
+        if preferred.load <= least.load * 1.25 + 2:
             return preferred
         return least
 
@@ -168,6 +257,9 @@ class Pool:
             raise AttemptError(
                 "timeout", f"no answer within {timeout.total:.1f}s", timeout=True
             ) from None
+        except aiohttp.ClientConnectorError as e:
+            replica.up = False  # refused: no traffic until a probe says otherwise
+            raise AttemptError("connect", _short(e)) from None
         except aiohttp.ClientConnectionError as e:
             raise AttemptError("connect", _short(e)) from None
         except aiohttp.ClientError as e:
@@ -223,7 +315,23 @@ class Pools:
 
     def health(self) -> dict[str, bool]:
         now = time.monotonic()
-        return {name: p.circuit.available(now) for name, p in self.by_tier.items()}
+        return {name: p.available(now) for name, p in self.by_tier.items()}
+
+    def state(self) -> dict[str, object]:
+        now = time.monotonic()
+        return {
+            name: {
+                "available": p.available(now),
+                "circuit_open": p.circuit.is_open,
+                "consecutive_failures": p.circuit.failures,
+                "replicas": [r.state() for r in p.replicas],
+            }
+            for name, p in self.by_tier.items()
+        }
+
+    def start(self) -> None:
+        for p in self.by_tier.values():
+            p.start()
 
     async def close(self) -> None:
         await asyncio.gather(*(p.close() for p in self.by_tier.values()))

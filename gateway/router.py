@@ -3,8 +3,8 @@
 Pure. The first rule whose ``when`` matches decides (``default`` when none does).
 Its tier and fallback chain give the order of tiers to try; a tier hint (header or a
 model alias) moves that tier to the front and keeps only the fallbacks after it, so a
-client that pins ``standard`` is never "fallen back" to a faster tier. Tiers whose
-circuit is open are skipped; when every tier is open, the last one of the chain is
+client that pins ``standard`` is never "fallen back" to a faster tier. Unavailable tiers
+(circuit open, or every replica failing its health probe) are skipped; when every tier is open, the last one of the chain is
 still tried, because answering 503 without trying is worse than a probe.
 """
 
@@ -82,7 +82,7 @@ class Router:
         tiers = tuple(t for t in chain if healthy.get(t, True))
         skipped = [t for t in chain if t not in tiers]
         if skipped:
-            why.append(f"circuit open: {','.join(skipped)}")
+            why.append(f"unavailable: {','.join(skipped)}")
         if not tiers:
             tiers = chain[-1:]
         sla = self._rules.sla_classes[c.sla]

@@ -34,11 +34,22 @@ class Circuit(_Strict):
     cooldown: float = Field(default=10.0, gt=0, description="seconds before a half-open probe")
 
 
+class Health(_Strict):
+    enabled: bool = True
+    interval: float = Field(default=5.0, gt=0, description="seconds between probes of a replica")
+    timeout: float = Field(default=2.0, gt=0, description="a probe slower than this fails")
+    path: str = Field(default="/health", pattern=r"^/")
+    metrics_path: str | None = Field(
+        default="/metrics", pattern=r"^/", description="SGLang Prometheus metrics; null: off"
+    )
+
+
 class Tier(_Strict):
     model: str = Field(min_length=1, description="model name sent to the engines")
     endpoints: tuple[str, ...] = Field(min_length=1)
     timeouts: Timeouts = Timeouts()
     circuit: Circuit = Circuit()
+    health: Health = Health()
     max_connections: int = Field(default=1000, ge=1, description="per replica")
 
     @model_validator(mode="after")

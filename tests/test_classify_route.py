@@ -211,7 +211,7 @@ ROUTE = [
         {"highspeed": False},
         "default",
         ("standard",),
-        "circuit open: highspeed",
+        "unavailable: highspeed",
     ),
     (
         "all-open-still-tries-last",
@@ -220,7 +220,7 @@ ROUTE = [
         {"highspeed": False, "standard": False},
         "default",
         ("standard",),
-        "circuit open: highspeed,standard",
+        "unavailable: highspeed,standard",
     ),
 ]
 

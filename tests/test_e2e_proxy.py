@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import urllib.request
 from typing import Any
 
@@ -238,9 +239,11 @@ def test_connection_refused_falls_back(
     engines: dict[str, str], tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
+    rules = rules_for_tests()
+    rules["tiers"]["highspeed"]["health"] = {"enabled": False}  # else a probe finds it first
     proc, url = start_gateway(
         tmp_path_factory.mktemp("gw"),
-        rules_for_tests(),
+        rules,
         {"highspeed": dead, "standard": engines["standard"]},
     )
     try:
@@ -396,7 +399,7 @@ def test_open_circuit_sends_traffic_straight_to_standard(
         headers, resp = chat(c, "fine now")
         assert headers["x-gateway-tier"] == "standard"
         assert "x-gateway-fallback" not in headers
-        assert "circuit open: highspeed" in headers["x-gateway-route"]
+        assert "unavailable: highspeed" in headers["x-gateway-route"]
         assert engine_requests(engines["highspeed"]) == []
     finally:
         proc.stop()
@@ -416,3 +419,53 @@ def test_check_failures_do_not_open_the_circuit(
         assert headers["x-gateway-tier"] == "highspeed"
     finally:
         proc.stop()
+
+
+def test_dead_replica_leaves_rotation_within_a_probe_and_comes_back(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    from tests.conftest import start_engine
+
+    a, a_url = start_engine("highspeed")
+    b, b_url = start_engine("replica-b")
+    st, st_url = start_engine("standard")
+    rules = rules_for_tests()
+    rules["tiers"]["highspeed"]["health"] = {"interval": 0.2, "timeout": 0.5}
+    proc, url = start_gateway(
+        tmp_path_factory.mktemp("gw"),
+        rules,
+        {"highspeed": f"{a_url},{b_url}", "standard": st_url},
+    )
+    try:
+        c = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
+        b.stop()
+        import time
+
+        time.sleep(0.5)  # > one probe interval
+        for i in range(10):
+            headers, resp = chat(c, f"distinct prefix {i}")
+            assert "x-gateway-fallback" not in headers  # never even tried the dead one
+            assert resp.choices[0].message.content.startswith("Echo (highspeed)")
+        port = b_url.rsplit(":", 1)[1]
+        from tests.conftest import ROOT, Proc
+
+        b = Proc(
+            [
+                sys.executable,
+                str(ROOT / "tests" / "fake_engine.py"),
+                "--name",
+                "replica-b",
+                "--port",
+                port,
+            ],
+            f"{b_url}/health",
+        )
+        time.sleep(0.5)
+        seen = {
+            chat(c, f"other prefix {i}")[1].choices[0].message.content.split(")")[0]
+            for i in range(12)
+        }
+        assert seen == {"Echo (highspeed", "Echo (replica-b"}
+    finally:
+        for p in (proc, a, b, st):
+            p.stop()
