@@ -3,9 +3,10 @@
 Pure. The first rule whose ``when`` matches decides (``default`` when none does).
 Its tier and fallback chain give the order of tiers to try; a tier hint (header or a
 model alias) moves that tier to the front and keeps only the fallbacks after it, so a
-client that pins ``standard`` is never "fallen back" to a faster tier. Unavailable tiers
-(circuit open, or every replica failing its health probe) are skipped; when every tier is open, the last one of the chain is
-still tried, because answering 503 without trying is worse than a probe.
+client that pins ``standard`` is never "fallen back" to a faster tier. Unavailable
+tiers (circuit open, or every replica failing its health probe) are skipped; when every
+tier is unavailable, the last one of the chain is still tried, because answering 503
+without trying is worse than a probe.
 """
 
 from __future__ import annotations

@@ -396,7 +396,7 @@ def test_open_circuit_sends_traffic_straight_to_standard(
             headers, _ = chat(c, "[[highspeed: status=500]]")
             assert headers["x-gateway-fallback"].startswith("highspeed:http_500")
         reset(engines)
-        headers, resp = chat(c, "fine now")
+        headers, _ = chat(c, "fine now")
         assert headers["x-gateway-tier"] == "standard"
         assert "x-gateway-fallback" not in headers
         assert "unavailable: highspeed" in headers["x-gateway-route"]
