@@ -38,6 +38,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
     "CHECK_NAMES",
+    "DEFAULT_REFUSAL_PATTERNS",
+    "DEFAULT_TEMPLATE_TOKENS",
+    "MAX_REASON_CHARS",
     "PASS_CACHE",
     "SCHEMA_CACHE_SIZE",
     "Check",
@@ -172,7 +175,9 @@ class RepetitionSettings(BaseModel):
 
     min_span_chars: int = Field(default=200, ge=48)
     """Shortest loop flagged, in characters (~50 tokens). Lower would flag normal text:
-    "ha ha ha", an 80-dash Markdown rule, a "|---|---|" table separator, a 100-char "!!!"."""
+    "ha ha ha", an 80-dash Markdown rule, a "|---|---|" table separator. A unit without
+    letters (digits, punctuation: "!!!", "0, 0, ") must span twice this, a whitespace-only
+    unit four times this (see ``_span_factor``)."""
     min_repeats: int = Field(default=4, ge=2)
     """Copies of the unit needed when the unit is long. A loop that runs to the token limit
     has far more; 3 verbatim consecutive copies of a long line can happen in sample logs or
@@ -223,7 +228,7 @@ DEFAULT_REFUSAL_PATTERNS: Final[tuple[str, ...]] = (
     # but not "I can't help but notice".
     rf"\bI(?: can{_APOS}?t| cannot| can not| won{_APOS}t| will not| am unable to"
     rf"| am not able to|{_APOS}m unable to|{_APOS}m not able to) (?:help|assist|comply"
-    rf"|fulfil)(?!\w)(?! but\b)",
+    rf"|fulfill?)(?!\w)(?! but\b)",
     rf"\bI{_APOS}m sorry,? but I (?:can{_APOS}?t|cannot|won{_APOS}t|am unable|am not able)\b",
     r"\bAs an AI language model\b",
 )
@@ -301,7 +306,7 @@ _NEEDLE_CHARS: Final = 24
 """Characters before each probe point whose earlier occurrences give candidate periods.
 Long enough that indentation or a common phrase rarely recurs by chance; at most half of
 the smallest allowed ``min_span_chars`` so a loop always holds needle plus one period."""
-_MAX_CANDIDATES: Final = 8
+_MAX_CANDIDATES: Final = 4
 """Candidate periods tried per probe point; bounds the cost on code full of repeats."""
 _LETTER: Final = re.compile(r"[^\W\d_]")  # any letter, CJK included
 
@@ -709,7 +714,8 @@ class TemplateLeakCheck:
 
     def __init__(self, settings: TemplateLeakSettings) -> None:
         self._tokens = settings.tokens
-        # Most answers contain none of the tokens' first characters ("<", "["): one scan each.
+        # Most prose contains none of the tokens' first characters ("<", "["), and a
+        # one-character search is memchr speed, so look for those first.
         self._first_chars = tuple(dict.fromkeys(token[0] for token in settings.tokens))
 
     def run(self, out: Output, req: RequestFacts) -> CheckResult:
@@ -719,7 +725,7 @@ class TemplateLeakCheck:
                 break
         else:
             return PASS_CACHE[self.name]
-        for token in self._tokens:
+        for token in self._tokens:  # about 1-2 microseconds per token on 4,500 chars
             if token in text:
                 return _fail(self.name, f"template token {_snippet(token, 60)} in text")
         return PASS_CACHE[self.name]

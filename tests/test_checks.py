@@ -436,6 +436,8 @@ CASES: list[Case] = [
     Case("late-quote", "refusal", out(PROSE + ' He said "I cannot assist with that."')),
     Case("cant-help", "refusal", out("I can't help with that request."), ok=False),
     Case("cannot-assist", "refusal", out("I cannot assist with this."), ok=False),
+    Case("wont-fulfill", "refusal", out("Sorry, I won't fulfill that request."), ok=False),
+    Case("helpful", "refusal", out("I can't helpfully summarize a blank page, but here goes.")),
     Case("curly-apostrophe", "refusal", out("I can\u2019t help with that."), ok=False),
     Case("sorry-but", "refusal", out("I'm sorry, but I can't do that."), ok=False),
     Case("unable", "refusal", out("Unfortunately I am unable to help with that."), ok=False),
