@@ -6,11 +6,11 @@ the headers that explain it. Every error leaves through :func:`error_response`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable
 
-import aiohttp
 from aiohttp import web
 
 from gateway.app import GATEWAY, Gateway
@@ -23,6 +23,7 @@ from gateway.errors import (
     error_body,
 )
 from gateway.pools import AttemptError
+from gateway.relay import StreamRelay
 from gateway.request import ClientRequest, parse_chat, parse_completion
 from gateway.router import RouteDecision
 
@@ -95,7 +96,7 @@ async def _handle(
         deadline_at = time.monotonic() + d.deadline
         if req.stream:
             out = await gw.dispatcher.stream(req, d, deadline_at, req.affinity)
-            return await _relay_stream(request, out, d, rid, t0)
+            return await _relay_stream(request, gw, req, out, d, rid, t0, deadline_at)
         out = await gw.dispatcher.complete(req, d, deadline_at, req.affinity)
     except GatewayError as e:
         return error_response(e, rid, _explain(d, None, t0) if d else None)
@@ -110,57 +111,31 @@ async def _handle(
 
 
 async def _relay_stream(
-    request: web.Request, out: Outcome, d: RouteDecision, rid: str, t0: float
+    request: web.Request,
+    gw: Gateway,
+    req: ClientRequest,
+    out: Outcome,
+    d: RouteDecision,
+    rid: str,
+    t0: float,
+    deadline_at: float,
 ) -> web.StreamResponse:
     assert out.stream is not None
-    up = out.stream.resp
     headers = _explain(d, out, t0)
     headers[H_REQUEST_ID] = rid
     headers["Cache-Control"] = "no-cache"
     resp = web.StreamResponse(headers=headers)
     resp.content_type = "text/event-stream"
-    head = out.stream.head
-    prev, last = b"", head
-    finished = errored = False
+    relay = StreamRelay(gw.dispatcher, req, d, out, deadline_at)
     try:
         await resp.prepare(request)
-        await resp.write(head)
-        # passthrough: the engine's bytes go out as they came, never re-encoded
-        async for chunk in up.content.iter_any():
-            await resp.write(chunk)
-            prev, last = last, chunk
-        finished = True
-    except (aiohttp.ClientError, TimeoutError) as e:
-        # the engine cut or stalled after the client got bytes: never end silently
-        msg = "stall" if isinstance(e, TimeoutError) else "stream_cut"
-        await _write_error(
-            resp,
-            f"The upstream stream from tier {out.tier} broke off ({msg}) before it was complete.",
-        )
-        finished = errored = True
-    except ConnectionResetError:
-        pass  # the client went away; the finally below cancels the upstream
-    finally:
-        if not finished:  # the client went away: cancel the generation upstream at once
-            up.close()
-        else:
-            up.release()
-    if not finished:
-        return resp
-    tail = (prev + last)[-64:]
-    if not errored and b"[DONE]" not in tail:
-        await _write_error(resp, f"The upstream stream from tier {out.tier} ended without [DONE].")
-    if out.fallback:
-        await resp.write(f": {H_FALLBACK} {out.fallback}\n\n".encode())
-    await resp.write_eof()
+    except BaseException:
+        out.stream.resp.close()
+        out.stream.finish(ok=True)
+        raise
+    with contextlib.suppress(ConnectionResetError):  # the client left; the relay cleaned up
+        await relay.run(resp)
     return resp
-
-
-async def _write_error(resp: web.StreamResponse, message: str) -> None:
-    body = error_body(GatewayError(message, code="stream_cut"))
-    await resp.write(
-        b"data: " + body.replace(b'"api_error"', b'"upstream_error"') + b"\n\ndata: [DONE]\n\n"
-    )
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:

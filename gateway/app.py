@@ -43,7 +43,7 @@ class Gateway:
             Classifier(rules),
             Router(rules),
             pools,
-            Dispatcher(pools, checks, rules.dispatch),
+            Dispatcher(pools, checks, rules.dispatch, rules.checks.repetition),
             _models_body(rules),
         )
 

@@ -57,6 +57,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print=lambda s: print(s, flush=True),
         loop=loop,
         backlog=4096,
+        handler_cancellation=True,
     )
     return 0
 

@@ -36,12 +36,13 @@ from tenacity import (
 )
 from tenacity.stop import stop_base
 
-from gateway.checks import Check, Output, run_checks
+from gateway.checks import Check, Output, RepetitionSettings, find_loop_start, run_checks
 from gateway.errors import UpstreamFailed, UpstreamTimeout
-from gateway.pools import AttemptError, Pools
+from gateway.pools import AttemptError, Pool, Pools, Replica
 from gateway.request import ClientRequest
 from gateway.router import RouteDecision
 from gateway.rules import Dispatch
+from gateway.stream import LiveChecks, SSEFramer, StreamState
 
 T = TypeVar("T")
 _PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
@@ -61,10 +62,22 @@ class Failure:
 
 @dataclass(slots=True)
 class StreamStart:
-    """An upstream stream whose first data event has arrived (held in ``head``)."""
+    """An upstream stream past its first token (and hold-back window): ``head`` holds the
+    complete events read so far, not yet sent to the client."""
 
     resp: aiohttp.ClientResponse
     head: bytes
+    framer: SSEFramer
+    state: StreamState
+    live: LiveChecks
+    pool: Pool
+    replica: Replica
+
+    def finish(self, ok: bool) -> None:
+        """The stream is over: free the replica slot; an upstream fault counts against it."""
+        self.replica.in_flight -= 1
+        if not ok:
+            self.pool.record(False)
 
 
 @dataclass(slots=True)
@@ -107,45 +120,35 @@ def _outputs(kind: str, payload: Any) -> list[Output]:
     return outs
 
 
-def _data_events(buf: bytes) -> tuple[list[bytes], int]:
-    """Complete SSE events' data payloads in ``buf`` and the offset after the last event."""
-    out: list[bytes] = []
-    pos = 0
-    buf_n = buf.replace(b"\r\n", b"\n") if b"\r" in buf else buf
-    while True:
-        end = buf_n.find(b"\n\n", pos)
-        if end < 0:
-            return out, pos
-        for line in buf_n[pos:end].split(b"\n"):
-            if line.startswith(b"data:"):
-                out.append(line[5:].strip())
-        pos = end + 2
+def continuation_body(
+    req: ClientRequest, pool: Pool, prefix: str, sent_tokens: int
+) -> bytes | None:
+    """The request that asks ``pool`` to continue the assistant text ``prefix``.
 
-
-def _is_token(event: bytes) -> bool:
-    """True when an SSE data payload carries output (or ends it); raise on an error event."""
-    try:
-        obj = orjson.loads(event)
-    except orjson.JSONDecodeError:
-        raise AttemptError("bad_stream", "an event is not JSON") from None
-    if not isinstance(obj, dict):
-        raise AttemptError("bad_stream", "an event is not a JSON object")
-    err = obj.get("error")
-    if err:
-        msg = err.get("message", "") if isinstance(err, dict) else str(err)
-        raise AttemptError("stream_error", str(msg)[:160] or "error event")
-    for ch in obj.get("choices") or ():
-        if not isinstance(ch, dict):
-            continue
-        if ch.get("finish_reason") or ch.get("text"):
-            return True
-        delta = ch.get("delta")
-        if isinstance(delta, dict) and any(
-            delta.get(k)
-            for k in ("content", "tool_calls", "reasoning_content", "function_call", "refusal")
-        ):
-            return True
-    return "usage" in obj and not obj.get("choices")
+    Chat: the prefix becomes a trailing assistant message; with ``continue_final_message``
+    (SGLang's and vLLM's flag) the engine renders it unclosed and continues it, with
+    ``prefill`` the engine does so by itself (llama.cpp's server). Text completions: the
+    prefix is appended to the prompt. Usage is always requested, to add both tiers up.
+    """
+    style = pool.tier.stream.continuation
+    if style == "off":
+        return None
+    body = dict(req.body)
+    body["model"] = pool.model
+    if req.kind == "chat":
+        body["messages"] = [*req.body["messages"], {"role": "assistant", "content": prefix}]
+        if style == "continue_final_message":
+            body["continue_final_message"] = True
+    else:
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str):
+            return None
+        body["prompt"] = prompt + prefix
+    body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+    for key in ("max_tokens", "max_completion_tokens"):
+        if isinstance(body.get(key), int):
+            body[key] = max(1, body[key] - sent_tokens)
+    return orjson.dumps(body)
 
 
 class _StopAt(stop_base):
@@ -159,7 +162,10 @@ class _StopAt(stop_base):
 
 
 class Dispatcher:
-    def __init__(self, pools: Pools, checks: dict[str, Check], cfg: Dispatch):
+    def __init__(
+        self, pools: Pools, checks: dict[str, Check], cfg: Dispatch, repetition: RepetitionSettings
+    ):
+        self._repetition = repetition
         self._pools = pools
         self._checks = checks
         self._cfg = cfg
@@ -210,71 +216,184 @@ class Dispatcher:
     async def stream(
         self, req: ClientRequest, d: RouteDecision, deadline_at: float, affinity: int
     ) -> Outcome:
+        checks = [self._checks[n] for n in d.checks]
         upstream = [0.0]
 
         async def attempt(tier: str) -> StreamStart:
             pool = self._pools[tier]
-            remaining = deadline_at - time.monotonic()
-            ttft = min(pool.tier.timeouts.ttft, d.ttft_budget, remaining)
             body = self._body(req, pool.model)
-            rep = pool.choose(affinity)
-            t0 = time.perf_counter()
-            rep.in_flight += 1
-            try:
-                async with asyncio.timeout(ttft):
-                    resp = await pool.open_stream(
-                        rep, _PATHS[req.kind], body, pool.timeout(remaining, stream=True)
-                    )
-                    try:
-                        head = await self._first_event(resp)
-                    except BaseException:
-                        resp.close()
-                        raise
-            except TimeoutError:
-                pool.record(False)
-                raise AttemptError(
-                    "timeout_ttft", f"no first token within {ttft:.2f}s", timeout=True
-                ) from None
-            except AttemptError as e:
-                pool.record(not e.retryable)
-                raise
-            finally:
-                rep.in_flight -= 1
-                upstream[0] += time.perf_counter() - t0
-            pool.record(True)
-            return StreamStart(resp, head)
+            hold = pool.tier.stream.hold_back_tokens if d.hold_back else 0
+            return await self._open(
+                req, d, pool, body, affinity, deadline_at, checks, hold, upstream
+            )
 
         tier, start, failures = await self._run(d.tiers, attempt, deadline_at)
         return Outcome(tier, b"", start, failures, upstream[0])
+
+    async def continuation(
+        self,
+        req: ClientRequest,
+        d: RouteDecision,
+        after: str,
+        prefix: str,
+        sent_tokens: int,
+        deadline_at: float,
+        affinity: int,
+    ) -> Outcome:
+        """A stream from the tiers after ``after`` that continues the assistant ``prefix``."""
+        tiers = d.tiers[d.tiers.index(after) + 1 :]
+        checks = [self._checks[n] for n in d.checks]
+        upstream = [0.0]
+
+        async def attempt(tier: str) -> StreamStart:
+            pool = self._pools[tier]
+            body = continuation_body(req, pool, prefix, sent_tokens)
+            if body is None:
+                raise AttemptError(
+                    "no_continuation", f"tier {tier} cannot continue this stream", retryable=True
+                )
+            return await self._open(req, d, pool, body, affinity, deadline_at, checks, 0, upstream)
+
+        if not tiers:
+            self._give_up(AttemptError("no_continuation", "no tier left"), [])
+        tier, start, failures = await self._run(tiers, attempt, deadline_at)
+        return Outcome(tier, b"", start, failures, upstream[0])
+
+    def loop_start(self, state: StreamState) -> int | None:
+        """Where the loop in a stream's text begins (the clean text is before it)."""
+        return find_loop_start(state.text(), self._repetition)
+
+    def can_continue(self, req: ClientRequest, d: RouteDecision, after: str) -> bool:
+        if req.kind == "completions" and not isinstance(req.body.get("prompt"), str):
+            return False
+        if req.body.get("n", 1) not in (1, None):
+            return False
+        later = d.tiers[d.tiers.index(after) + 1 :]
+        return any(self._pools[t].tier.stream.continuation != "off" for t in later)
+
+    async def _open(
+        self,
+        req: ClientRequest,
+        d: RouteDecision,
+        pool: Pool,
+        body: bytes,
+        affinity: int,
+        deadline_at: float,
+        checks: list[Check],
+        hold: int,
+        upstream: list[float],
+    ) -> StreamStart:
+        """Open a stream; return it once its first token (and hold-back window) passed."""
+        remaining = deadline_at - time.monotonic()
+        ttft = min(pool.tier.timeouts.ttft, d.ttft_budget, remaining)
+        cfg = pool.tier.stream
+        rep = pool.choose(affinity)
+        framer, state = SSEFramer(), StreamState(req.kind == "chat")
+        live = LiveChecks(checks, req.facts, cfg.check_every_chars, cfg.check_window_chars)
+        head: list[bytes] = []
+        t0 = time.perf_counter()
+        rep.in_flight += 1
+        resp = None
+        try:
+            async with asyncio.timeout(ttft):
+                resp = await pool.open_stream(
+                    rep, _PATHS[req.kind], body, pool.timeout(remaining, stream=True)
+                )
+                while not await self._read(resp, framer, state, head):
+                    pass
+            # nothing goes out unchecked: the first read may already hold many tokens
+            bad = live.maybe_run(state)
+            if bad is None and hold:
+                await self._hold_back(resp, framer, state, head, live, hold, cfg.hold_back_ms)
+                bad = live.run(state)
+            if bad is None and hold and state.done:
+                bad = run_checks(checks, state.output(), req.facts)  # all of it is here
+            if bad is not None:
+                raise AttemptError(f"check_{bad.check}", bad.reason)
+        except TimeoutError:
+            self._abandon(resp, rep)
+            pool.record(False)
+            raise AttemptError(
+                "timeout_ttft", f"no first token within {ttft:.2f}s", timeout=True
+            ) from None
+        except AttemptError as e:
+            self._abandon(resp, rep)
+            pool.record(not e.retryable or e.kind.startswith("check_"))
+            raise
+        except BaseException:
+            self._abandon(resp, rep)
+            raise
+        finally:
+            upstream[0] += time.perf_counter() - t0
+        pool.record(True)
+        assert resp is not None
+        return StreamStart(resp, b"".join(head), framer, state, live, pool, rep)
+
+    @staticmethod
+    def _abandon(resp: aiohttp.ClientResponse | None, rep: Replica) -> None:
+        rep.in_flight -= 1
+        if resp is not None:
+            resp.close()  # drop the connection: the engine stops generating
+
+    @staticmethod
+    async def _read(
+        resp: aiohttp.ClientResponse, framer: SSEFramer, state: StreamState, head: list[bytes]
+    ) -> bool:
+        """One read into ``head``; True once a token has arrived. Raises on a dead stream."""
+        try:
+            chunk = await resp.content.readany()
+        except aiohttp.ClientError as e:
+            raise AttemptError("stream_cut", str(e)[:160] or type(e).__name__) from None
+        if not chunk:
+            raise AttemptError("stream_cut", "stream ended before the first token")
+        complete, payloads = framer.feed(chunk)
+        token = False
+        for p in payloads:
+            token = state.feed(p) or token
+        if complete:
+            head.append(complete)
+        if state.done and not token and not state.tokens:
+            raise AttemptError("stream_empty", "stream ended before the first token")
+        return token or state.tokens > 0 or state.done
+
+    async def _hold_back(
+        self,
+        resp: aiohttp.ClientResponse,
+        framer: SSEFramer,
+        state: StreamState,
+        head: list[bytes],
+        live: LiveChecks,
+        tokens: int,
+        ms: float,
+    ) -> None:
+        """Keep reading until ``tokens`` tokens, ``ms`` ms or the end; run live checks."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + ms / 1000 if ms > 0 else None
+        try:
+            async with asyncio.timeout_at(until):
+                while state.tokens < tokens and not state.done:
+                    try:
+                        chunk = await resp.content.readany()
+                    except aiohttp.ClientError as e:
+                        raise AttemptError("stream_cut", str(e)[:160]) from None
+                    if not chunk:
+                        raise AttemptError("stream_cut", "stream ended without [DONE]")
+                    complete, payloads = framer.feed(chunk)
+                    for p in payloads:
+                        state.feed(p)
+                    if complete:
+                        head.append(complete)
+                    bad = live.maybe_run(state)
+                    if bad is not None:
+                        raise AttemptError(f"check_{bad.check}", bad.reason)
+        except TimeoutError:
+            pass  # the window's time is up: what we hold so far goes out
 
     # -- internals -----------------------------------------------------------------------
     @staticmethod
     def _body(req: ClientRequest, model: str) -> bytes:
         req.body["model"] = model
         return orjson.dumps(req.body)
-
-    @staticmethod
-    async def _first_event(resp: aiohttp.ClientResponse) -> bytes:
-        """Read until the first token arrives; fail on an error event or an empty stream.
-
-        Engines open a chat stream with a role-only chunk; that is not a token yet, so
-        it is held back too: a stream that dies right after it can still fall back.
-        """
-        buf = b""
-        try:
-            while True:
-                chunk = await resp.content.readany()
-                if not chunk:
-                    raise AttemptError("stream_cut", "stream ended before the first token")
-                buf += chunk
-                events, _ = _data_events(buf)
-                for ev in events:
-                    if ev == b"[DONE]":
-                        raise AttemptError("stream_empty", "stream ended before the first token")
-                    if _is_token(ev):
-                        return buf
-        except aiohttp.ClientError as e:
-            raise AttemptError("stream_cut", str(e)[:160] or type(e).__name__) from None
 
     async def _run(
         self, tiers: tuple[str, ...], attempt: Callable[[str], Awaitable[T]], deadline_at: float

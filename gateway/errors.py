@@ -14,7 +14,8 @@ Every error a client can see is a ``GatewayError``; the api layer turns it into
     ├── MethodNotAllowed          405 invalid_request_error / method_not_allowed
     ├── PayloadTooLarge           413 invalid_request_error / request_too_large
     └── UpstreamFailed            502 upstream_error / all_tiers_failed (all tiers)
-        └── UpstreamTimeout       504 upstream_error / upstream_timeout (last: timeout)
+        ├── UpstreamTimeout       504 upstream_error / upstream_timeout (last: timeout)
+        └── StreamBroken          (an SSE error event) upstream_error / stream_broken
 
 Upstream 4xx answers other than 408/429 are the client's fault and are relayed as
 they are, not wrapped.
@@ -89,6 +90,12 @@ class UpstreamFailed(GatewayError):
 class UpstreamTimeout(UpstreamFailed):
     status = 504
     code = "upstream_timeout"
+
+
+class StreamBroken(UpstreamFailed):
+    """A stream that failed after the client got bytes and could not be continued."""
+
+    code = "stream_broken"
 
 
 def error_payload(err: GatewayError) -> dict[str, object]:

@@ -27,6 +27,7 @@ class RouteDecision:
     ttft_budget: float  # seconds to the first token of a stream
     reason: str  # human-readable, ASCII: goes into x-gateway-route
     cls: Classification
+    hold_back: bool = True  # streams: hold the first tokens back while early checks run
 
     @property
     def route_header(self) -> str:
@@ -88,5 +89,12 @@ class Router:
             tiers = chain[-1:]
         sla = self._rules.sla_classes[c.sla]
         return RouteDecision(
-            name, tiers, rule.checks, sla.deadline, sla.ttft_budget, " ".join(why), c
+            name,
+            tiers,
+            rule.checks,
+            sla.deadline,
+            sla.ttft_budget,
+            " ".join(why),
+            c,
+            rule.hold_back,
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -44,12 +44,28 @@ class Health(_Strict):
     )
 
 
+class StreamSettings(_Strict):
+    hold_back_tokens: int = Field(
+        default=0, ge=0, description="tokens held back while early checks run; 0: off"
+    )
+    hold_back_ms: float = Field(
+        default=0.0, ge=0, description="...or at most this long after the first token; 0: no cap"
+    )
+    check_every_chars: int = Field(default=256, ge=16, description="live checks cadence")
+    check_window_chars: int = Field(default=4096, ge=256, description="tail the checks look at")
+    continuation: Literal["continue_final_message", "prefill", "off"] = Field(
+        default="continue_final_message",
+        description="how this tier continues an assistant text another tier began",
+    )
+
+
 class Tier(_Strict):
     model: str = Field(min_length=1, description="model name sent to the engines")
     endpoints: tuple[str, ...] = Field(min_length=1)
     timeouts: Timeouts = Timeouts()
     circuit: Circuit = Circuit()
     health: Health = Health()
+    stream: StreamSettings = StreamSettings()
     max_connections: int = Field(default=1000, ge=1, description="per replica")
 
     @model_validator(mode="after")
@@ -116,6 +132,7 @@ class Route(_Strict):
     tier: str
     fallback: tuple[str, ...] = ()
     checks: tuple[str, ...] = ()
+    hold_back: bool = Field(default=True, description="use the tiers' stream hold-back window")
 
 
 class Rule(Route):

@@ -10,8 +10,15 @@ directives inside any message (or the prompt)::
 
 Directives: text=..., loop, leak, empty, length, malformed, status=N, delay=S (before
 the answer / the first chunk), hang, json=<raw JSON text>, tool=<name>, args=<json>,
-first_error (the first SSE event is an error), cut_after=N, stall_after=N, chunks=N.
-Without directives the answer is "Echo (<name>): <last user text>".
+first_error (the first SSE event is an error), cut_after=N, stall_after=N, chunks=N
+(the text is split into N pieces; per=K: K words a piece instead), gap=S (between
+chunks); mid-stream faults after N pieces: loop_after=N (then the same sentence, one
+per chunk, 60 times), leak_after=N (then a template token), error_after=N (then an
+error event). Without directives the answer is "Echo (<name>): <last user text>".
+
+Continuation: when the last message is the assistant's (prefill, with or without
+``continue_final_message``), the answer is the rest of ``text`` after that prefix
+(or " [continued]" when ``text`` does not start with it).
 
 ``GET /_requests`` lists the bodies received (newest last), ``POST /_reset`` clears
 them, ``GET /_cancelled`` counts streams whose client went away before the end.
@@ -71,6 +78,10 @@ class Engine:
 
     def answer(self, body: dict[str, Any], d: dict[str, str]) -> tuple[str, str, list[Any]]:
         text = d.get("text") or f"Echo ({self.name}): {last_user(body)}"
+        msgs = body.get("messages") or []
+        if msgs and msgs[-1].get("role") == "assistant":
+            prefix = msgs[-1].get("content") or ""
+            text = text[len(prefix) :] if text.startswith(prefix) else " [continued]"
         finish = "stop"
         calls: list[Any] = []
         if "loop" in d:
@@ -173,9 +184,9 @@ class Engine:
             await send({"error": {"message": f"{self.name} failed", "type": "engine_error"}})
             await resp.write(b"data: [DONE]\n\n")
             return resp
-        n = int(d.get("chunks", "8"))
         words = text.split(" ")
-        per = max(1, -(-len(words) // n))
+        n = int(d.get("chunks", "8"))
+        per = int(d["per"]) if "per" in d else max(1, -(-len(words) // n))
         pieces = (
             [
                 " ".join(words[i : i + per]) + (" " if i + per < len(words) else "")
@@ -184,6 +195,12 @@ class Engine:
             if text
             else []
         )
+        if "loop_after" in d:
+            k = int(d["loop_after"])
+            pieces = [*pieces[:k], *["I will repeat this sentence again. "] * 60]
+        if "leak_after" in d:
+            k = int(d["leak_after"])
+            pieces = [*pieces[:k], "<|im_end|>", *pieces[k:]]
         try:
             await resp.write(b": keep-alive\n\n")
             if chat:
@@ -197,8 +214,14 @@ class Engine:
                     return resp
                 if "stall_after" in d and i >= int(d["stall_after"]):
                     await asyncio.sleep(3600)
+                if "error_after" in d and i >= int(d["error_after"]):
+                    await send({"error": {"message": f"{self.name} broke", "code": 500}})
+                    await resp.write(b"data: [DONE]\n\n")
+                    return resp
                 await send(chunk({"content": piece} if chat else piece))
                 await asyncio.sleep(float(d.get("gap", "0")))
+            if "stall_after" in d and not pieces:
+                await asyncio.sleep(3600)
             await send(chunk({} if chat else "", finish))
             if (body.get("stream_options") or {}).get("include_usage"):
                 await send({**base, "object": obj, "choices": [], "usage": usage})
