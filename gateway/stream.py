@@ -172,7 +172,7 @@ class LiveChecks:
     runs on the tail window each time ``every`` new characters have arrived.
     """
 
-    __slots__ = ("_every", "_facts", "_last", "_leak", "_seen", "_periodic", "_window")
+    __slots__ = ("_every", "_facts", "_last", "_leak", "_periodic", "_seen", "_window")
     _OVERLAP = 32  # longer than any template token
 
     def __init__(self, checks: Sequence[Check], facts: RequestFacts, every: int, window: int):

@@ -239,16 +239,12 @@ def test_pinned_standard_has_nothing_to_continue_on(gateway: str) -> None:
 
 
 def test_openai_sdk_sees_the_error_event(client: Any) -> None:
-    with pytest.raises(openai.APIError, match="The stream broke off"):
-        with client.chat.completions.with_streaming_response.create(
-            model="auto",
-            stream=True,
-            messages=[
-                {
-                    "role": "user",
-                    "content": f"[[*: text={ANSWER}; per=1; gap=0.01]] "
-                    "[[highspeed: cut_after=25]] [[standard: cut_after=3]]",
-                }
-            ],
-        ) as r:
-            list(r.parse())
+    content = (
+        f"[[*: text={ANSWER}; per=1; gap=0.01]] [[highspeed: cut_after=25]] "
+        "[[standard: cut_after=3]]"
+    )
+    stream = client.chat.completions.with_streaming_response.create(
+        model="auto", stream=True, messages=[{"role": "user", "content": content}]
+    )
+    with pytest.raises(openai.APIError, match="The stream broke off"), stream as r:
+        list(r.parse())
