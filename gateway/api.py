@@ -13,19 +13,23 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from gateway.access import rate_headers
 from gateway.app import GATEWAY, Gateway
-from gateway.dispatch import Outcome
+from gateway.dispatch import Failure, Outcome
 from gateway.errors import (
     GatewayError,
     MethodNotAllowed,
     NotFound,
     PayloadTooLarge,
+    RateLimited,
     error_body,
 )
+from gateway.limits import Admission
 from gateway.pools import AttemptError
 from gateway.relay import StreamRelay
 from gateway.request import ClientRequest, parse_chat, parse_completion
 from gateway.router import RouteDecision
+from gateway.tenants import Effective
 
 H_TIER = "x-gateway-tier"
 H_ROUTE = "x-gateway-route"
@@ -89,25 +93,47 @@ async def _handle(
     gw = request.app[GATEWAY]
     rid = _request_id(request)
     d: RouteDecision | None = None
+    admitted: Effective | None = None
     try:
+        eff = await gw.access.authenticate(request.headers.get("Authorization"))
         req = parse(await _read(request, gw))
         cls = gw.classifier.classify(req, request.headers)
-        d = gw.router.decide(cls, gw.pools.health())
+        d = gw.router.decide(cls, gw.pools.health(), eff)
+        adm = await gw.access.admit(eff, rid)
+        admitted = eff
         deadline_at = time.monotonic() + d.deadline
         if req.stream:
             out = await gw.dispatcher.stream(req, d, deadline_at, req.affinity)
-            return await _relay_stream(request, gw, req, out, d, rid, t0, deadline_at)
+            return await _relay_stream(request, gw, req, out, d, rid, t0, deadline_at, eff, adm)
         out = await gw.dispatcher.complete(req, d, deadline_at, req.affinity)
     except GatewayError as e:
-        return error_response(e, rid, _explain(d, None, t0) if d else None)
+        extra = _explain(d, None, t0) if d else {}
+        if isinstance(e, RateLimited):
+            extra.update(e.headers)
+        if admitted is not None:
+            gw.spawn(gw.access.done(admitted, rid, "none", None, _short_reason(e)))
+        return error_response(e, rid, extra)
     except AttemptError as e:  # the engine refused the request itself: relay its answer
         headers = {H_REQUEST_ID: rid, **(_explain(d, None, t0) if d else {})}
+        if admitted is not None:
+            gw.spawn(gw.access.done(admitted, rid, "none", None, None))
         return web.Response(
             status=e.status or 400, body=e.body, content_type=_JSON, headers=headers
         )
     headers = _explain(d, out, t0)
     headers[H_REQUEST_ID] = rid
+    if eff.tenant_id is not None:
+        headers.update(rate_headers(adm))
+        gw.spawn(gw.access.done(eff, rid, out.tier, out.usage, _fallback_kind(out.failures)))
     return web.Response(body=out.body, content_type=_JSON, headers=headers)
+
+
+def _fallback_kind(failures: list[Failure]) -> str | None:
+    return failures[0].kind if failures else None
+
+
+def _short_reason(e: GatewayError) -> str:
+    return e.code or type(e).__name__
 
 
 async def _relay_stream(
@@ -119,11 +145,15 @@ async def _relay_stream(
     rid: str,
     t0: float,
     deadline_at: float,
+    eff: Effective,
+    adm: Admission,
 ) -> web.StreamResponse:
     assert out.stream is not None
     headers = _explain(d, out, t0)
     headers[H_REQUEST_ID] = rid
     headers["Cache-Control"] = "no-cache"
+    if eff.tenant_id is not None:
+        headers.update(rate_headers(adm))
     resp = web.StreamResponse(headers=headers)
     resp.content_type = "text/event-stream"
     relay = StreamRelay(gw.dispatcher, req, d, out, deadline_at)
@@ -133,8 +163,14 @@ async def _relay_stream(
         out.stream.resp.close()
         out.stream.finish(ok=True)
         raise
-    with contextlib.suppress(ConnectionResetError):  # the client left; the relay cleaned up
-        await relay.run(resp)
+    try:
+        with contextlib.suppress(ConnectionResetError):  # the client left; relay cleaned up
+            await relay.run(resp)
+    finally:
+        if eff.tenant_id is not None:
+            gw.spawn(
+                gw.access.done(eff, rid, relay.tier, relay.usage(), _fallback_kind(relay.failures))
+            )
     return resp
 
 

@@ -20,7 +20,8 @@ import orjson
 
 from gateway.errors import GatewayError
 from gateway.rules import Rules, RulesError, load_rules
-from gateway.settings import Settings, load_settings
+from gateway.settings import load_settings
+from gateway.tenants import OPEN, Effective
 
 
 def _load(path: Path) -> Rules:
@@ -45,7 +46,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     path = settings.rules_path()
     rules = _load(path).with_endpoints(settings.pool_urls)
-    app = create_app(settings, rules)
+    app = create_app(settings, rules, path, path.read_text(encoding="utf-8"))
     tiers = ", ".join(f"{n} -> {','.join(t.endpoints)}" for n, t in rules.tiers.items())
     print(f"gateway: rules {path}; tiers: {tiers}", flush=True)
     loop = _new_loop()
@@ -80,7 +81,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def explain(
-    rules: Rules, request: dict[str, Any], settings: Settings | None = None
+    rules: Rules,
+    request: dict[str, Any],
+    eff: Effective | None = None,
+    health: dict[str, bool] | None = None,
 ) -> dict[str, Any]:
     """The routing decision for ``request`` as a JSON-able dict (nothing is sent)."""
     from gateway.classify import Classifier
@@ -97,10 +101,16 @@ def explain(
     parse = parse_completion if path.endswith("/v1/completions") else parse_chat
     req = parse(orjson.dumps(body))
     cls = Classifier(rules).classify(req, headers)
-    d = Router(rules).decide(cls, {})
+    d = Router(rules).decide(cls, health or {}, eff or OPEN)
     out = asdict(d)
     out["cls"] = asdict(cls)
     out["route_header"] = d.route_header
+    if eff is not None and eff.tenant_id is not None:
+        out["policy"] = {
+            name: {"value": getattr(eff.policy, name), "level": eff.who(name)}
+            for name in eff.source
+            if name != "rules"
+        }
     return out
 
 

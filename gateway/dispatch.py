@@ -87,6 +87,7 @@ class Outcome:
     stream: StreamStart | None
     failures: list[Failure] = field(default_factory=list)
     upstream_s: float = 0.0  # time spent waiting on engines (for x-gateway-overhead-ms)
+    usage: dict[str, Any] | None = None  # the engine's usage report (non-stream)
 
     @property
     def fallback(self) -> str | None:
@@ -179,6 +180,7 @@ class Dispatcher:
     ) -> Outcome:
         checks = [self._checks[n] for n in d.checks]
         upstream = [0.0]
+        usage: list[dict[str, Any] | None] = [None]
 
         async def attempt(tier: str) -> bytes:
             pool = self._pools[tier]
@@ -203,6 +205,7 @@ class Dispatcher:
                 pool.record(False)
                 raise AttemptError("bad_body", "answer is not JSON") from None
             outs = _outputs(req.kind, payload)
+            usage[0] = payload.get("usage")
             pool.record(True)
             for out in outs:
                 bad = run_checks(checks, out, req.facts)
@@ -211,7 +214,7 @@ class Dispatcher:
             return data
 
         tier, data, failures = await self._run(d.tiers, attempt, deadline_at)
-        return Outcome(tier, data, None, failures, upstream[0])
+        return Outcome(tier, data, None, failures, upstream[0], usage[0])
 
     async def stream(
         self, req: ClientRequest, d: RouteDecision, deadline_at: float, affinity: int

@@ -9,10 +9,16 @@ Every error a client can see is a ``GatewayError``; the api layer turns it into
     │   ├── InvalidJSON           400 invalid_request_error / invalid_json
     │   └── InvalidField          400 invalid_request_error / invalid_type, ...
     ├── Unauthorized              401 authentication_error / invalid_api_key
+    ├── PermissionDenied          403 permission_error / tier_not_allowed, admin_only
     ├── NotFound                  404 invalid_request_error / not_found
     │   └── ModelNotFound         404 invalid_request_error / model_not_found
     ├── MethodNotAllowed          405 invalid_request_error / method_not_allowed
     ├── PayloadTooLarge           413 invalid_request_error / request_too_large
+    ├── Unprocessable             422 invalid_request_error / invalid_rules
+    ├── RateLimited               429 requests|tokens / rate_limit_exceeded
+    │   └── QuotaExceeded         429 insufficient_quota / insufficient_quota
+    ├── Conflicted                409 invalid_request_error / conflict
+    ├── ServiceUnavailable        503 api_error / store_unavailable
     └── UpstreamFailed            502 upstream_error / all_tiers_failed (all tiers)
         ├── UpstreamTimeout       504 upstream_error / upstream_timeout (last: timeout)
         └── StreamBroken          (an SSE error event) upstream_error / stream_broken
@@ -59,6 +65,12 @@ class Unauthorized(GatewayError):
     code = "invalid_api_key"
 
 
+class PermissionDenied(GatewayError):
+    status = 403
+    type = "permission_error"
+    code = "permission_denied"
+
+
 class NotFound(GatewayError):
     status = 404
     type = "invalid_request_error"
@@ -81,6 +93,48 @@ class PayloadTooLarge(GatewayError):
     code = "request_too_large"
 
 
+class Unprocessable(GatewayError):
+    status = 422
+    type = "invalid_request_error"
+    code = "invalid_rules"
+
+    def __init__(self, message: str, errors: list[str], **kw: str | None):
+        super().__init__(message, **kw)
+        self.errors = errors
+
+
+class Conflicted(GatewayError):
+    status = 409
+    type = "invalid_request_error"
+    code = "conflict"
+
+
+class RateLimited(GatewayError):
+    status = 429
+    type = "requests"
+    code = "rate_limit_exceeded"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after: float = 1.0,
+        type_: str = "requests",
+        headers: dict[str, str] | None = None,
+        code: str | None = None,
+    ):
+        super().__init__(message, code=code)
+        self.type = type_
+        self.retry_after = retry_after
+        self.headers = headers or {}
+
+
+class ServiceUnavailable(GatewayError):
+    status = 503
+    type = "api_error"
+    code = "store_unavailable"
+
+
 class UpstreamFailed(GatewayError):
     status = 502
     type = "upstream_error"
@@ -99,9 +153,15 @@ class StreamBroken(UpstreamFailed):
 
 
 def error_payload(err: GatewayError) -> dict[str, object]:
-    return {
-        "error": {"message": err.message, "type": err.type, "param": err.param, "code": err.code}
+    body: dict[str, object] = {
+        "message": err.message,
+        "type": err.type,
+        "param": err.param,
+        "code": err.code,
     }
+    if isinstance(err, Unprocessable):
+        body["errors"] = err.errors
+    return {"error": body}
 
 
 def error_body(err: GatewayError) -> bytes:

@@ -68,6 +68,8 @@ class StreamRelay:
         self._first_tokens = 0  # what the first tier sent, for the merged usage
         self._first_usage: dict[str, Any] | None = None
         self._active: StreamStart | None = None  # the upstream stream being relayed
+        self._merged: dict[str, Any] | None = None
+        self._cont: StreamState | None = None  # the continuation's state, if there was one
 
     async def run(self, resp: web.StreamResponse) -> None:
         assert self.out.stream is not None
@@ -221,6 +223,7 @@ class StreamRelay:
         self.tier = cont.tier
         nxt = cont.stream
         self._active = nxt
+        self._cont = nxt.state
         self._first_tokens = self.sent_tokens
         self._first_usage = state.usage
         head = self._rewrite_bytes(nxt.head, first, nxt.state)
@@ -274,12 +277,25 @@ class StreamRelay:
         p2 = int(u2.get("prompt_tokens") or 0)
         p1 = int(u1.get("prompt_tokens") or max(0, p2 - c1))
         c2 = int(u2.get("completion_tokens") or 0)
-        return {
+        self._merged = {
             **u2,
             "prompt_tokens": p1 + p2,
             "completion_tokens": c1 + c2,
             "total_tokens": p1 + p2 + c1 + c2,
         }
+        return self._merged
+
+    def usage(self) -> dict[str, Any]:
+        """What this stream cost, for accounting: the engine's report when it sent one,
+        else the content events sent (about one token each)."""
+        if self._merged is not None:
+            return self._merged
+        if self._cont is not None and self._cont.usage:
+            return self._merged_usage(self._cont.usage)
+        first = self.out.stream.state if self.out.stream else None
+        if first is not None and first.usage:
+            return first.usage
+        return {"prompt_tokens": 0, "completion_tokens": self.sent_tokens}
 
     # -- endings -----------------------------------------------------------------------------
     async def _error(self, resp: web.StreamResponse, message: str) -> None:

@@ -12,10 +12,12 @@ without trying is worse than a probe.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gateway.classify import Classification
+from gateway.errors import PermissionDenied
 from gateway.rules import Route, Rule, Rules, When
+from gateway.tenants import OPEN, Effective
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,30 +70,60 @@ class Router:
         self._rules = rules
         self._ordered: tuple[Rule, ...] = rules.rules
 
-    def decide(self, c: Classification, healthy: Mapping[str, bool]) -> RouteDecision:
+    def decide(
+        self, c: Classification, healthy: Mapping[str, bool], eff: Effective = OPEN
+    ) -> RouteDecision:
+        p = eff.policy
+        if p.default_sla is not None and c.sla_source == "task":
+            c = replace(c, sla=p.default_sla, sla_source=eff.who("default_sla"))
         rule: Route = self._rules.default
         name = "default"
-        for r in self._ordered:
+        for r in (*(p.rules or ()), *self._ordered):
             if matches(r.when, c):
                 rule, name = r, r.name
                 break
         chain = (rule.tier, *(t for t in rule.fallback if t != rule.tier))
         why = [f"tier={rule.tier}"]
-        if c.tier_hint is not None:
-            hint = c.tier_hint
+        hint, hint_by = c.tier_hint, c.hint_source
+        if p.forced_tier is not None:
+            hint, hint_by = p.forced_tier, f"forced_tier ({eff.who('forced_tier')})"
+        if hint is not None:
             chain = chain[chain.index(hint) :] if hint in chain else (hint, *chain)
-            why = [f"tier={hint} pinned by {c.hint_source}"]
+            why = [f"tier={hint} pinned by {hint_by}"]
+        if p.allowed_tiers is not None:
+            if hint is not None and hint not in p.allowed_tiers:
+                raise PermissionDenied(
+                    f"Tier {hint!r} is not allowed for this key; allowed: "
+                    f"{', '.join(p.allowed_tiers)}.",
+                    code="tier_not_allowed",
+                )
+            chain = tuple(t for t in chain if t in p.allowed_tiers)
+            if not chain:
+                raise PermissionDenied(
+                    f"Rule {name!r} routes to tiers this key may not use; allowed: "
+                    f"{', '.join(p.allowed_tiers)}.",
+                    code="tier_not_allowed",
+                )
+            why.append(f"allowed_tiers ({eff.who('allowed_tiers')})")
+        if p.fallback_enabled is False:
+            chain = chain[:1]
+            why.append(f"fallback off ({eff.who('fallback_enabled')})")
         tiers = tuple(t for t in chain if healthy.get(t, True))
         skipped = [t for t in chain if t not in tiers]
         if skipped:
             why.append(f"unavailable: {','.join(skipped)}")
         if not tiers:
             tiers = chain[-1:]
+        checks = rule.checks
+        if p.checks_drop:
+            checks = tuple(x for x in checks if x not in p.checks_drop)
+        if p.checks_add:
+            checks = (*checks, *(x for x in p.checks_add if x not in checks))
         sla = self._rules.sla_classes[c.sla]
         return RouteDecision(
             name,
             tiers,
-            rule.checks,
+            checks,
             sla.deadline,
             sla.ttft_budget,
             " ".join(why),

@@ -188,7 +188,7 @@ def _loc(loc: Iterable[int | str]) -> str:
     return out or "<root>"
 
 
-def _cross_check(r: Rules) -> list[str]:
+def cross_check(r: Rules) -> list[str]:
     errs: list[str] = []
 
     def tier(path: str, name: str) -> None:
@@ -258,7 +258,7 @@ def parse_rules(text: str, source: str = "<rules>") -> Rules:
     except ValidationError as e:
         msgs = [f"{_loc(err['loc'])}: {err['msg']}" for err in e.errors()]
         raise RulesError(source, msgs) from None
-    errs = _cross_check(rules)
+    errs = cross_check(rules)
     if errs:
         raise RulesError(source, errs)
     return rules

@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 _POOL_ENV = re.compile(r"^GATEWAY_POOL_([A-Z0-9_]+)_URLS$")
@@ -25,7 +25,14 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     redis_url: str | None = None
+    redis_prefix: str = Field(default="gw:", min_length=1, max_length=64)
+    redis_timeout: float = Field(default=0.5, gt=0, le=10, description="a slower Redis is down")
     admin_token: SecretStr | None = None
+    key_secret: SecretStr | None = Field(
+        default=None, description="HMAC secret for API key digests; shared by every replica"
+    )
+    policy_cache_ttl: float = Field(default=30.0, gt=0, description="re-read cached keys after")
+    rules_watch_interval: float = Field(default=1.0, ge=0, description="0: don't watch the file")
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024, le=512 * 1024 * 1024)
     # tier/pool name (lower case) -> base URLs; filled from GATEWAY_POOL_<NAME>_URLS
     pool_urls: dict[str, tuple[str, ...]] = Field(default_factory=dict)
@@ -42,6 +49,22 @@ class Settings(BaseSettings):
                         f"GATEWAY_POOL_{name.upper()}_URLS: {url!r} is not an http(s) URL"
                     )
         return v
+
+    @model_validator(mode="after")
+    def _secret_with_redis(self) -> Settings:
+        if self.redis_url and self.key_secret is None:
+            raise ValueError(
+                "GATEWAY_KEY_SECRET is required with GATEWAY_REDIS_URL: every replica must "
+                "hash API keys with the same secret"
+            )
+        if self.admin_token is not None and len(self.admin_token.get_secret_value()) < 16:
+            raise ValueError("GATEWAY_ADMIN_TOKEN must be at least 16 characters")
+        return self
+
+    @property
+    def tenancy(self) -> bool:
+        """Tenant keys are required when a shared store or an admin token is configured."""
+        return self.redis_url is not None or self.admin_token is not None
 
     def rules_path(self) -> Path:
         """--rules / GATEWAY_RULES, else ./routing_rules.yaml, else the repository's copy."""

@@ -1,0 +1,182 @@
+"""Who is calling and may they: API key -> tenant policy, then admission (limits).
+
+The hot path costs one HMAC and a dict lookup: keys are cached locally with their
+merged policy. A change made on any replica is published by the store and evicts the
+cached entries everywhere at once; entries older than ``ttl`` are re-read anyway (the
+safety net if an event is lost).
+
+Redis down or slow: keys already cached keep working from their last known policy
+(fail-open), unless their policy says ``fail_closed`` (then 503); keys never seen
+get 503; rate limits degrade to this replica's own :class:`LocalLimiter`. Nothing
+answers 500, and the cache heals by itself when Redis returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.errors import RateLimited, ServiceUnavailable, Unauthorized
+from gateway.limits import ALLOW, Admission, LocalLimiter
+from gateway.store import Store, StoreUnavailable
+from gateway.tenants import OPEN, Effective, effective_policy, key_digest
+
+log = logging.getLogger("gateway.access")
+_NEGATIVE_TTL = 5.0
+_NEGATIVE_MAX = 10_000
+
+
+@dataclass(slots=True)
+class _Entry:
+    eff: Effective
+    at: float
+
+
+class Access:
+    def __init__(self, store: Store | None, secret: bytes, required: bool, ttl: float):
+        self.store = store
+        self.required = required
+        self._secret = secret
+        self._ttl = ttl
+        self._cache: dict[str, _Entry] = {}
+        self._unknown: dict[str, float] = {}  # digests recently not found
+        self._local = LocalLimiter()
+        self.degraded = False  # the store is unreachable right now
+
+    def digest(self, key: str) -> str:
+        return key_digest(self._secret, key)
+
+    def on_event(self, ev: dict[str, Any]) -> None:
+        kind = ev.get("type")
+        if kind == "resync":
+            self._cache.clear()
+            self._unknown.clear()
+        elif kind == "tenant":
+            tid = ev.get("id")
+            for d in [d for d, e in self._cache.items() if e.eff.tenant_id == tid]:
+                del self._cache[d]
+        elif kind == "key":
+            self._cache.pop(str(ev.get("digest")), None)
+            self._unknown.pop(str(ev.get("digest")), None)
+
+    # -- the hot path -------------------------------------------------------------------------
+    async def authenticate(self, authorization: str | None) -> Effective:
+        if not self.required:
+            return OPEN
+        if not authorization or not authorization.startswith("Bearer "):
+            raise Unauthorized("Missing API key: send 'Authorization: Bearer <key>'.")
+        digest = key_digest(self._secret, authorization[7:].strip())
+        now = time.monotonic()
+        entry = self._cache.get(digest)
+        if entry is not None and now - entry.at < self._ttl:
+            return entry.eff
+        seen_missing = self._unknown.get(digest)
+        if entry is None and seen_missing is not None and now - seen_missing < _NEGATIVE_TTL:
+            raise Unauthorized("Incorrect API key provided.")
+        assert self.store is not None
+        try:
+            found = await self.store.key_by_digest(digest)
+            self.degraded = False
+        except StoreUnavailable:
+            self.degraded = True
+            if entry is not None and not entry.eff.policy.fail_closed:
+                return entry.eff  # fail-open: the last known policy
+            raise ServiceUnavailable(
+                "The policy store is unreachable; try again shortly."
+            ) from None
+        if found is None:
+            self._cache.pop(digest, None)
+            if len(self._unknown) > _NEGATIVE_MAX:
+                self._unknown.clear()
+            self._unknown[digest] = now
+            raise Unauthorized("Incorrect API key provided.")
+        key, tenant = found
+        eff = effective_policy(tenant, key)
+        self._cache[digest] = _Entry(eff, now)
+        return eff
+
+    async def admit(self, eff: Effective, rid: str) -> Admission:
+        p = eff.policy
+        if eff.tenant_id is None or not (
+            p.requests_per_minute
+            or p.tokens_per_minute
+            or p.max_concurrent_requests
+            or p.token_budget
+        ):
+            return ALLOW
+        assert self.store is not None
+        try:
+            adm = await self.store.admit(eff.tenant_id, rid, p)
+            self.degraded = False
+        except StoreUnavailable:
+            self.degraded = True
+            if p.fail_closed:
+                raise ServiceUnavailable("The policy store is unreachable.") from None
+            adm = self._local.admit(eff.tenant_id, rid, p)  # per-replica limits meanwhile
+        if not adm.ok:
+            raise _denied(adm)
+        return adm
+
+    async def done(
+        self,
+        eff: Effective,
+        rid: str,
+        tier: str,
+        usage: dict[str, Any] | None,
+        fallback: str | None,
+    ) -> None:
+        """After the answer (off the critical path): free the slot, count the usage."""
+        if eff.tenant_id is None or self.store is None:
+            return
+        prompt = int((usage or {}).get("prompt_tokens") or 0)
+        completion = int((usage or {}).get("completion_tokens") or 0)
+        try:
+            if eff.policy.max_concurrent_requests:
+                await self.store.release(eff.tenant_id, rid)
+            await self.store.record_usage(
+                eff.tenant_id, tier, prompt, completion, fallback, eff.policy
+            )
+        except StoreUnavailable:
+            self._local.release(eff.tenant_id, rid)
+            self._local.debit(eff.tenant_id, prompt + completion, eff.policy)
+
+
+def _denied(adm: Admission) -> RateLimited:
+    retry = max(adm.retry_after_s, 0.001)
+    headers = rate_headers(adm)
+    headers["Retry-After"] = str(max(1, round(retry + 0.4999)))
+    if adm.denied == "budget":
+        return RateLimited(
+            "You exceeded your token budget for this period.",
+            retry_after=retry,
+            type_="insufficient_quota",
+            headers=headers,
+            code="insufficient_quota",
+        )
+    what = {
+        "requests": "requests per minute",
+        "tokens": "tokens per minute",
+        "concurrency": "concurrent requests",
+    }[adm.denied or "requests"]
+    return RateLimited(
+        f"Rate limit reached for {what}; retry after {retry:.2f}s.",
+        retry_after=retry,
+        type_="tokens" if adm.denied == "tokens" else "requests",
+        headers=headers,
+    )
+
+
+def rate_headers(adm: Admission) -> dict[str, str]:
+    h: dict[str, str] = {}
+    if adm.limit_requests is not None:
+        h["x-ratelimit-limit-requests"] = str(adm.limit_requests)
+        if adm.remaining_requests is not None:
+            h["x-ratelimit-remaining-requests"] = str(max(0, adm.remaining_requests))
+        h["x-ratelimit-reset-requests"] = f"{60 / adm.limit_requests:.3f}s"
+    if adm.limit_tokens is not None:
+        h["x-ratelimit-limit-tokens"] = str(adm.limit_tokens)
+        if adm.remaining_tokens is not None:
+            h["x-ratelimit-remaining-tokens"] = str(max(0, adm.remaining_tokens))
+    return h

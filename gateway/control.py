@@ -1,0 +1,153 @@
+"""Live routing-rule changes: file watch, upload, rollback, and every replica in step.
+
+Rules come in as YAML text from three places — the file on disk (watched), an admin
+upload, a rollback to a stored version — and go through one gate,
+:meth:`RulesControl.submit`: parse and validate; on failure nothing changes and the
+errors are kept for the admin API; on success the text becomes a new version in the
+store, is published, and every replica (this one included) swaps to it. A replica
+that starts, or reconnects after a gap, adopts the store's current version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gateway.rules import Rules, RulesError, parse_rules
+from gateway.store import Store, StoreUnavailable
+
+log = logging.getLogger("gateway.rules")
+
+
+class RulesControl:
+    def __init__(
+        self,
+        store: Store | None,
+        path: Path,
+        text: str,
+        apply: Callable[[Rules], None],
+        overrides: dict[str, tuple[str, ...]],
+        watch_interval: float,
+    ):
+        self.store = store
+        self.path = path
+        self.text = text
+        self.version = 0  # 0: not stored (no store configured)
+        self.last_error: dict[str, Any] | None = None
+        self._apply = apply
+        self._overrides = overrides
+        self._interval = watch_interval
+        self._stat = self._file_stat()
+        self._task: asyncio.Task[None] | None = None
+
+    def parse(self, text: str, source: str) -> Rules:
+        return parse_rules(text, source).with_endpoints(self._overrides)
+
+    async def start(self) -> None:
+        """Adopt the store's current rules, or store ours as the first version."""
+        if self.store is not None:
+            try:
+                cur = await self.store.current_rules()
+                if cur is None:
+                    await self._store(self.text, {"source": str(self.path), "by": "startup"})
+                elif cur[1] != self.text or cur[0] != self.version:
+                    self._adopt(cur[0], cur[1])
+            except StoreUnavailable as e:
+                log.warning("rules: store unreachable at start (%s); using %s", e, self.path)
+        if self._interval > 0:
+            self._task = asyncio.get_running_loop().create_task(self._watch())
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def submit(self, text: str, source: str, by: str) -> int:
+        """Validate and make ``text`` the rules of every replica; RulesError if invalid."""
+        try:
+            rules = self.parse(text, source)
+        except RulesError as e:
+            self.last_error = {"source": source, "errors": e.errors, "at": time.time()}
+            log.error("rules from %s rejected: %s", source, "; ".join(e.errors))
+            raise
+        self.last_error = None
+        if self.store is None:
+            self.text, self.version = text, self.version + 1
+            self._apply(rules)
+            return self.version
+        version = await self._store(text, {"source": source, "by": by})
+        self._apply(rules)
+        return version
+
+    async def rollback(self, version: int, by: str) -> int:
+        if self.store is None:
+            raise KeyError(version)
+        text = await self.store.rules_text(version)
+        if text is None:
+            raise KeyError(version)
+        rules = self.parse(text, f"version {version}")
+        await self.store.set_current_rules(version)
+        self.text, self.version = text, version
+        self._apply(rules)
+        await self.store.publish({"type": "rules", "version": version, "by": by})
+        return version
+
+    async def _store(self, text: str, meta: dict[str, Any]) -> int:
+        assert self.store is not None
+        version = await self.store.save_rules(text, {**meta, "at": time.time()})
+        await self.store.set_current_rules(version)
+        self.text, self.version = text, version
+        await self.store.publish({"type": "rules", "version": version})
+        return version
+
+    def _adopt(self, version: int, text: str) -> None:
+        try:
+            rules = self.parse(text, f"version {version}")
+        except RulesError as e:  # a version stored by a newer gateway, say: keep ours
+            self.last_error = {"source": f"version {version}", "errors": e.errors}
+            return
+        self.text, self.version = text, version
+        self._apply(rules)
+        log.info("rules: now at version %d", version)
+
+    async def on_event(self, ev: dict[str, Any]) -> None:
+        if self.store is None or ev.get("type") not in ("rules", "resync"):
+            return
+        try:
+            cur = await self.store.current_rules()
+        except StoreUnavailable:
+            return
+        if cur is not None and cur[0] != self.version:
+            self._adopt(*cur)
+
+    # -- the file on disk ---------------------------------------------------------------------
+    def _file_stat(self) -> tuple[float, int] | None:
+        try:
+            st = self.path.stat()
+        except OSError:
+            return None
+        return st.st_mtime, st.st_size
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval)
+            stat = self._file_stat()
+            if stat is None or stat == self._stat:
+                continue
+            self._stat = stat
+            try:
+                text = self.path.read_text(encoding="utf-8")
+            except OSError as e:
+                log.error("rules file %s unreadable: %s", self.path, e)
+                continue
+            if text == self.text:
+                continue
+            with contextlib.suppress(RulesError, StoreUnavailable):
+                v = await self.submit(text, str(self.path), "file watch")
+                log.info("rules file %s changed: version %d", self.path, v)

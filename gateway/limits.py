@@ -1,0 +1,197 @@
+"""Rate limits, concurrency and token budgets: one admission decision per request.
+
+Requests/minute and tokens/minute are token buckets (capacity = the per-minute limit,
+refilled continuously); a request needs one request token, and the tokens bucket must
+not be empty (actual usage is debited when the answer is known, so a big answer makes
+the next requests wait). Concurrency is a set of in-flight request ids with an expiry,
+so a replica that dies cannot leak slots. Budgets compare the period's counter to the
+budget.
+
+:data:`ADMIT_LUA` does all of it atomically in Redis in one round trip;
+:class:`LocalLimiter` does the same in process (the in-memory store, and the
+per-replica fallback while Redis is unreachable).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+from gateway.tenants import Policy
+
+Denied = Literal["requests", "tokens", "concurrency", "budget"]
+SLOT_TTL_MS = 15 * 60 * 1000  # an in-flight slot nobody released expires after this
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    ok: bool
+    denied: Denied | None = None
+    retry_after_s: float = 0.0
+    limit_requests: int | None = None
+    remaining_requests: int | None = None
+    limit_tokens: int | None = None
+    remaining_tokens: int | None = None
+
+
+ALLOW = Admission(True)
+
+
+def budget_period(period: str, now: float) -> str:
+    t = time.gmtime(now)
+    return time.strftime("%Y%m%d" if period == "day" else "%Y%m", t)
+
+
+# KEYS: rpm bucket, tpm bucket, concurrency zset, budget counter
+# ARGV: now_ms, rpm, tpm, max_conc, budget, request id   (0 = no limit)
+ADMIT_LUA = """
+local now = tonumber(ARGV[1])
+local rpm, tpm = tonumber(ARGV[2]), tonumber(ARGV[3])
+local conc, budget = tonumber(ARGV[4]), tonumber(ARGV[5])
+local function bucket(key, cap)
+  local b = redis.call('HMGET', key, 't', 'ts')
+  local tokens, ts = tonumber(b[1]), tonumber(b[2])
+  if tokens == nil then tokens, ts = cap, now end
+  tokens = math.min(cap, tokens + (now - ts) * cap / 60000)
+  return tokens
+end
+local rt, tt = -1, -1
+if budget > 0 then
+  local used = tonumber(redis.call('GET', KEYS[4]) or '0')
+  if used >= budget then return {0, 'budget', 0, -1, -1} end
+end
+if rpm > 0 then
+  rt = bucket(KEYS[1], rpm)
+  if rt < 1 then
+    return {0, 'requests', math.ceil((1 - rt) * 60000 / rpm), 0, -1}
+  end
+end
+if tpm > 0 then
+  tt = bucket(KEYS[2], tpm)
+  if tt <= 0 then
+    return {0, 'tokens', math.ceil((1 - tt) * 60000 / tpm), math.floor(rt), 0}
+  end
+end
+if conc > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+  if redis.call('ZCARD', KEYS[3]) >= conc then return {0, 'concurrency', 1000, -1, -1} end
+  redis.call('ZADD', KEYS[3], now + tonumber(ARGV[7]), ARGV[6])
+  redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[7]))
+end
+if rpm > 0 then
+  rt = rt - 1
+  redis.call('HSET', KEYS[1], 't', rt, 'ts', now)
+  redis.call('PEXPIRE', KEYS[1], 120000)
+end
+if tpm > 0 then
+  redis.call('HSET', KEYS[2], 't', tt, 'ts', now)
+  redis.call('PEXPIRE', KEYS[2], 120000)
+end
+return {1, '', 0, math.floor(rt), math.floor(tt)}
+"""
+
+# KEYS: tpm bucket, budget counter; ARGV: now_ms, tpm, tokens, budget ttl seconds
+DEBIT_LUA = """
+local now, tpm, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+if tpm > 0 then
+  local b = redis.call('HMGET', KEYS[1], 't', 'ts')
+  local tokens, ts = tonumber(b[1]), tonumber(b[2])
+  if tokens == nil then tokens, ts = tpm, now end
+  tokens = math.min(tpm, tokens + (now - ts) * tpm / 60000) - n
+  redis.call('HSET', KEYS[1], 't', tokens, 'ts', now)
+  redis.call('PEXPIRE', KEYS[1], 120000)
+end
+redis.call('INCRBY', KEYS[2], n)
+redis.call('EXPIRE', KEYS[2], tonumber(ARGV[4]))
+return 1
+"""
+
+
+def admission_from_lua(res: list[object], p: Policy) -> Admission:
+    ok = int(res[0]) == 1  # type: ignore[call-overload]
+    denied = res[1].decode() if isinstance(res[1], bytes) else str(res[1])
+    rt, tt = int(res[3]), int(res[4])  # type: ignore[call-overload]
+    return Admission(
+        ok,
+        None if ok else denied,  # type: ignore[arg-type]
+        int(res[2]) / 1000,  # type: ignore[call-overload]
+        p.requests_per_minute,
+        rt if rt >= 0 else None,
+        p.tokens_per_minute,
+        tt if tt >= 0 else None,
+    )
+
+
+class _Bucket:
+    __slots__ = ("tokens", "ts")
+
+    def __init__(self, cap: float, now: float):
+        self.tokens, self.ts = cap, now
+
+    def level(self, cap: float, now: float) -> float:
+        self.tokens = min(cap, self.tokens + (now - self.ts) * cap / 60.0)
+        self.ts = now
+        return self.tokens
+
+
+class LocalLimiter:
+    """The same decisions as :data:`ADMIT_LUA`, for one process."""
+
+    def __init__(self) -> None:
+        self._rpm: dict[str, _Bucket] = {}
+        self._tpm: dict[str, _Bucket] = {}
+        self._inflight: dict[str, dict[str, float]] = {}
+        self._used: dict[str, int] = {}  # budget counters: "tenant:period" -> tokens
+
+    def admit(self, tenant: str, rid: str, p: Policy, now: float | None = None) -> Admission:
+        now = time.time() if now is None else now
+        if p.token_budget is not None:
+            key = f"{tenant}:{budget_period(p.token_budget.period, now)}"
+            if self._used.get(key, 0) >= p.token_budget.tokens:
+                return Admission(False, "budget")
+        rt = tt = None
+        if p.requests_per_minute:
+            cap = p.requests_per_minute
+            b = self._rpm.setdefault(tenant, _Bucket(cap, now))
+            rt = b.level(cap, now)
+            if rt < 1:
+                return Admission(False, "requests", (1 - rt) * 60 / cap, cap, 0)
+        if p.tokens_per_minute:
+            cap = p.tokens_per_minute
+            tb = self._tpm.setdefault(tenant, _Bucket(cap, now))
+            tt = tb.level(cap, now)
+            if tt <= 0:
+                return Admission(False, "tokens", (1 - tt) * 60 / cap, None, None, cap, 0)
+        if p.max_concurrent_requests:
+            slots = self._inflight.setdefault(tenant, {})
+            for r in [r for r, exp in slots.items() if exp < now]:
+                del slots[r]
+            if len(slots) >= p.max_concurrent_requests:
+                return Admission(False, "concurrency", 1.0)
+            slots[rid] = now + SLOT_TTL_MS / 1000
+        if rt is not None:
+            self._rpm[tenant].tokens = rt - 1
+        return Admission(
+            True,
+            None,
+            0.0,
+            p.requests_per_minute,
+            None if rt is None else int(rt - 1),
+            p.tokens_per_minute,
+            None if tt is None else int(tt),
+        )
+
+    def release(self, tenant: str, rid: str) -> None:
+        self._inflight.get(tenant, {}).pop(rid, None)
+
+    def debit(self, tenant: str, tokens: int, p: Policy, now: float | None = None) -> None:
+        now = time.time() if now is None else now
+        if p.tokens_per_minute:
+            cap = p.tokens_per_minute
+            b = self._tpm.setdefault(tenant, _Bucket(cap, now))
+            b.level(cap, now)
+            b.tokens -= tokens
+        period = budget_period(p.token_budget.period if p.token_budget else "day", now)
+        key = f"{tenant}:{period}"
+        self._used[key] = self._used.get(key, 0) + tokens
