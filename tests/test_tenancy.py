@@ -1,0 +1,487 @@
+"""Tenants against the real Redis on 127.0.0.1:6379: two gateway replicas share one store.
+
+Each test module run uses its own key prefix and deletes it afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+import yaml
+
+from gateway.store import RedisStore
+from tests.conftest import Proc, free_port, rules_for_tests, start_gateway
+
+ADMIN = "admin-token-for-tests-0123456789"
+REDIS = "redis://127.0.0.1:6379/0"
+
+
+def call(
+    base: str,
+    method: str,
+    path: str,
+    body: Any = None,
+    token: str | None = ADMIN,
+    raw: bytes | None = None,
+) -> tuple[int, Any, dict[str, str]]:
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    req = urllib.request.Request(base + path, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            text = r.read()
+            return r.status, json.loads(text) if text else None, dict(r.headers)
+    except urllib.error.HTTPError as e:
+        text = e.read()
+        return e.code, json.loads(text) if text else None, dict(e.headers)
+
+
+def chat(
+    base: str, key: str | None, content: str = "hi", model: str = "auto"
+) -> tuple[int, Any, dict[str, str]]:
+    return call(
+        base,
+        "POST",
+        "/v1/chat/completions",
+        {"model": model, "messages": [{"role": "user", "content": content}]},
+        key,
+    )
+
+
+def until(pred: Any, timeout: float = 3.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+@pytest.fixture(scope="module")
+def prefix() -> Iterator[str]:
+    p = f"gwtest:{uuid.uuid4().hex[:8]}:"
+    yield p
+
+    async def clean() -> None:
+        s = RedisStore(REDIS, p)
+        await s.delete_prefix()
+        await s.close()
+
+    asyncio.run(clean())
+
+
+def tenancy_env(prefix: str, redis: str = REDIS) -> dict[str, str]:
+    return {
+        "GATEWAY_REDIS_URL": redis,
+        "GATEWAY_REDIS_PREFIX": prefix,
+        "GATEWAY_ADMIN_TOKEN": ADMIN,
+        "GATEWAY_KEY_SECRET": "test-secret-1234",
+    }
+
+
+@pytest.fixture(scope="module")
+def rules_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("rules") / "rules.yaml"
+
+
+@pytest.fixture(scope="module")
+def replicas(
+    engines: dict[str, str], prefix: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[list[str]]:
+    tmp = tmp_path_factory.mktemp("gw")
+    a, url_a = start_gateway(tmp, rules_for_tests(), engines, tenancy_env(prefix))
+    b, url_b = start_gateway(tmp, rules_for_tests(), engines, tenancy_env(prefix))
+    yield [url_a, url_b]
+    a.stop()
+    b.stop()
+
+
+def new_tenant(base: str, policy: dict[str, Any] | None = None) -> tuple[str, str, str]:
+    st, t, _ = call(base, "POST", "/admin/tenants", {"name": "team", "policy": policy or {}})
+    assert st == 201, t
+    st, k, _ = call(base, "POST", f"/admin/tenants/{t['id']}/keys", {"name": "ci"})
+    assert st == 201, k
+    return t["id"], k["id"], k["key"]
+
+
+# --- keys and the admin API ----------------------------------------------
+
+
+def test_a_key_works_on_every_replica_and_the_openai_sdk(replicas: list[str]) -> None:
+    _, _, key = new_tenant(replicas[0])
+    for base in replicas:
+        c = openai.OpenAI(base_url=f"{base}/v1", api_key=key, max_retries=0)
+        r = c.chat.completions.create(model="auto", messages=[{"role": "user", "content": "x"}])
+        assert r.choices[0].message.content == "Echo (highspeed): x"
+
+
+@pytest.mark.parametrize(
+    ("key", "code"),
+    [(None, "invalid_api_key"), ("gk-wrong", "invalid_api_key")],
+    ids=["missing", "wrong"],
+)
+def test_v1_needs_a_valid_key(replicas: list[str], key: str | None, code: str) -> None:
+    st, body, _ = chat(replicas[0], key)
+    assert st == 401 and body["error"]["code"] == code
+    assert body["error"]["type"] == "authentication_error"
+
+
+@pytest.mark.parametrize("token", [None, "wrong-token", "TENANT"], ids=["none", "wrong", "tenant"])
+def test_admin_refuses_missing_wrong_and_tenant_tokens(
+    replicas: list[str], token: str | None
+) -> None:
+    if token == "TENANT":
+        token = new_tenant(replicas[0])[2]
+    for method, path in [
+        ("GET", "/admin/tenants"),
+        ("POST", "/admin/tenants"),
+        ("GET", "/admin/audit"),
+        ("PUT", "/admin/rules"),
+    ]:
+        st, body, _ = call(replicas[0], method, path, {"name": "x"}, token=token)
+        assert st == 401 and body["error"]["code"] == "invalid_admin_token", (method, path)
+
+
+def test_admin_api_is_off_without_a_token(gateway: str) -> None:
+    st, body, _ = call(gateway, "GET", "/admin/tenants")
+    assert st == 403 and body["error"]["code"] == "admin_disabled"
+
+
+def test_plaintext_key_is_shown_once_and_never_again(replicas: list[str]) -> None:
+    tid, kid, key = new_tenant(replicas[0])
+    for path in (
+        f"/admin/tenants/{tid}",
+        f"/admin/tenants/{tid}/keys",
+        "/admin/audit?limit=50",
+        "/admin/tenants",
+    ):
+        _, body, _ = call(replicas[0], "GET", path)
+        assert key not in json.dumps(body)
+        assert key[10:] not in json.dumps(body)
+    _, t, _ = call(replicas[0], "GET", f"/admin/tenants/{tid}")
+    assert t["keys"][0]["id"] == kid and t["keys"][0]["prefix"] == key[:10]
+
+
+def test_revoked_key_stops_working_everywhere_within_a_second(replicas: list[str]) -> None:
+    _, kid, key = new_tenant(replicas[0])
+    assert all(chat(b, key)[0] == 200 for b in replicas)  # both replicas cached it
+    st, _, _ = call(replicas[0], "DELETE", f"/admin/keys/{kid}")
+    assert st == 204
+    assert until(lambda: chat(replicas[1], key)[0] == 401, timeout=1.0)
+    assert chat(replicas[0], key)[0] == 401
+
+
+def test_rotate_gives_a_new_key_and_kills_the_old(replicas: list[str]) -> None:
+    _, kid, key = new_tenant(replicas[0])
+    st, new, _ = call(replicas[0], "POST", f"/admin/keys/{kid}/rotate")
+    assert st == 201 and new["replaces"] == kid and new["key"] != key
+    assert until(lambda: chat(replicas[1], key)[0] == 401, timeout=1.0)
+    assert chat(replicas[1], new["key"])[0] == 200
+
+
+def test_tenant_crud_and_validation(replicas: list[str]) -> None:
+    base = replicas[0]
+    st, t, _ = call(
+        base, "POST", "/admin/tenants", {"name": "acme", "policy": {"requests_per_minute": 10}}
+    )
+    assert st == 201 and t["policy"] == {"requests_per_minute": 10} and t["id"].startswith("ten_")
+    st, t2, _ = call(base, "PATCH", f"/admin/tenants/{t['id']}", {"name": "acme2"})
+    assert st == 200 and t2["name"] == "acme2" and t2["version"] == t["version"] + 1
+    st, p, _ = call(base, "PUT", f"/admin/tenants/{t['id']}/policy", {"forced_tier": "standard"})
+    assert st == 200 and p["policy"] == {"forced_tier": "standard"}
+    for body, code in [
+        ({"forced_tier": "gpu9"}, "invalid_policy"),
+        ({"requests_per_minute": 0}, "invalid_value"),
+        ({"colour": "red"}, "invalid_value"),
+    ]:
+        st, err, _ = call(base, "PUT", f"/admin/tenants/{t['id']}/policy", body)
+        assert (st, err["error"]["code"]) in ((422, code), (400, code)), err
+    st, _, _ = call(base, "DELETE", f"/admin/tenants/{t['id']}")
+    assert st == 204
+    assert call(base, "GET", f"/admin/tenants/{t['id']}")[0] == 404
+    assert call(base, "POST", "/admin/tenants", raw=b"{nope")[0] == 400
+
+
+def test_concurrent_patches_lose_no_update(replicas: list[str]) -> None:
+    tid, _, _ = new_tenant(replicas[0])
+    fields = [
+        ("requests_per_minute", 100),
+        ("tokens_per_minute", 1000),
+        ("max_concurrent_requests", 5),
+        ("shadow_rate", 0.5),
+        ("fallback_enabled", True),
+        ("default_sla", "batch"),
+    ]
+
+    def patch(i: int) -> int:
+        name, value = fields[i % len(fields)]
+        return call(replicas[i % 2], "PATCH", f"/admin/tenants/{tid}", {"policy": {name: value}})[0]
+
+    with ThreadPoolExecutor(12) as ex:
+        assert set(ex.map(patch, range(24))) == {200}
+    _, t, _ = call(replicas[0], "GET", f"/admin/tenants/{tid}")
+    assert t["policy"] == dict(fields)
+    assert t["version"] == 1 + 24
+
+
+def test_audit_log_records_writes(replicas: list[str]) -> None:
+    tid, _, _ = new_tenant(replicas[0])
+    _, log, _ = call(replicas[0], "GET", "/admin/audit?limit=5")
+    actions = [(e["action"], e["target"]) for e in log["data"]]
+    assert ("tenant.create", tid) in actions
+    assert all("at" in e and "who" in e for e in log["data"])
+
+
+def test_openapi_lists_the_admin_routes(replicas: list[str]) -> None:
+    _, spec, _ = call(replicas[0], "GET", "/admin/openapi.json")
+    assert spec["openapi"].startswith("3.")
+    assert "post" in spec["paths"]["/admin/tenants"]
+    assert "delete" in spec["paths"]["/admin/keys/{key_id}"]
+    assert "requestBody" in spec["paths"]["/admin/tenants/{tenant_id}/policy"]["put"]
+
+
+# --- policy enforcement ----------------------------------------------
+
+
+def test_policy_change_on_one_replica_is_enforced_on_the_other(replicas: list[str]) -> None:
+    tid, _, key = new_tenant(replicas[0])
+    assert chat(replicas[1], key)[2]["x-gateway-tier"] == "highspeed"
+    call(replicas[0], "PATCH", f"/admin/tenants/{tid}", {"policy": {"forced_tier": "standard"}})
+    assert until(lambda: chat(replicas[1], key)[2].get("x-gateway-tier") == "standard", 1.0)
+    h = chat(replicas[1], key)[2]
+    assert "pinned by forced_tier (tenant)" in h["x-gateway-route"]
+
+
+def test_key_policy_beats_tenant_policy_and_explain_says_so(replicas: list[str]) -> None:
+    tid, _, _ = new_tenant(replicas[0], {"allowed_tiers": ["standard"]})
+    st, k, _ = call(
+        replicas[0],
+        "POST",
+        f"/admin/tenants/{tid}/keys",
+        {"policy": {"allowed_tiers": ["highspeed", "standard"]}},
+    )
+    assert chat(replicas[0], k["key"], model="fast")[0] == 200
+    st, out, _ = call(
+        replicas[0],
+        "POST",
+        "/admin/explain",
+        {
+            "tenant_id": tid,
+            "body": {"model": "auto", "messages": [{"role": "user", "content": "hi"}]},
+        },
+    )
+    assert st == 200 and out["tiers"] == ["standard"]
+    assert out["policy"]["allowed_tiers"]["level"] == "tenant"
+
+
+def test_disallowed_tier_is_403(replicas: list[str]) -> None:
+    _, _, key = new_tenant(replicas[0], {"allowed_tiers": ["standard"]})
+    st, body, _ = chat(replicas[0], key, model="fast")
+    assert st == 403 and body["error"]["code"] == "tier_not_allowed"
+    st, _, h = chat(replicas[0], key)
+    assert st == 200 and h["x-gateway-tier"] == "standard"
+
+
+def test_global_rate_limit_holds_across_replicas(replicas: list[str]) -> None:
+    _, _, key = new_tenant(replicas[0], {"requests_per_minute": 6})
+    codes = [chat(replicas[i % 2], key) for i in range(8)]
+    assert [c[0] for c in codes] == [200] * 6 + [429] * 2
+    _st, body, h = codes[-1]
+    assert body["error"]["code"] == "rate_limit_exceeded" and body["error"]["type"] == "requests"
+    assert int(h["Retry-After"]) >= 1
+    assert h["x-ratelimit-limit-requests"] == "6"
+    assert codes[0][2]["x-ratelimit-remaining-requests"] == "5"
+
+
+def test_token_budget_gives_insufficient_quota(replicas: list[str]) -> None:
+    _, _, key = new_tenant(replicas[0], {"token_budget": {"tokens": 30, "period": "day"}})
+    # the fake engine reports 10 prompt tokens + one per word (4 words): 14 a request
+    assert chat(replicas[0], key)[0] == 200
+    assert chat(replicas[1], key)[0] == 200
+    assert until(lambda: chat(replicas[0], key)[0] == 429, timeout=2.0)
+    st, body, _ = chat(replicas[1], key)
+    assert st == 429 and body["error"]["code"] == "insufficient_quota"
+    assert body["error"]["type"] == "insufficient_quota"
+
+
+def test_concurrency_limit(replicas: list[str]) -> None:
+    _, _, key = new_tenant(replicas[0], {"max_concurrent_requests": 1})
+    with ThreadPoolExecutor(2) as ex:
+        slow = ex.submit(chat, replicas[0], key, "[[*: delay=0.6]]")
+        time.sleep(0.2)
+        st, body, _ = chat(replicas[1], key)
+        assert st == 429 and "concurrent" in body["error"]["message"]
+        assert slow.result()[0] == 200
+    assert until(lambda: chat(replicas[1], key)[0] == 200, timeout=2.0)
+
+
+def test_usage_by_tier_and_fallback_reason(replicas: list[str]) -> None:
+    tid, _, key = new_tenant(replicas[0])
+    chat(replicas[0], key)
+    chat(replicas[1], key, "[[highspeed: status=500]]")
+
+    def usage() -> dict[str, Any]:
+        return call(replicas[0], "GET", f"/admin/tenants/{tid}/usage")[1]
+
+    assert until(lambda: usage()["requests"] == 2)
+    u = usage()
+    assert set(u["tokens_by_tier"]) == {"highspeed", "standard"}
+    assert u["fallbacks_by_reason"] == {"http_500": 1}
+
+
+# --- rules ----------------------------------------------
+
+
+def rules_yaml(**change: Any) -> str:
+    data = rules_for_tests()
+    data.update(change)
+    return yaml.safe_dump(data)
+
+
+def test_bad_rules_upload_is_rejected_whole(replicas: list[str]) -> None:
+    st, before, _ = call(replicas[0], "GET", "/admin/rules")
+    st, body, _ = call(
+        replicas[0], "PUT", "/admin/rules", raw=rules_yaml(default_sla="asap", colour=1).encode()
+    )
+    assert st == 422 and body["error"]["code"] == "invalid_rules"
+    assert "default_sla: unknown SLA class 'asap'" in " ".join(body["error"]["errors"]) or any(
+        "colour" in e for e in body["error"]["errors"]
+    )
+    _, after, _ = call(replicas[0], "GET", "/admin/rules")
+    assert after["version"] == before["version"] and after["last_error"]["errors"]
+    assert chat(replicas[0], new_tenant(replicas[0])[2])[0] == 200
+
+
+def test_rules_upload_reaches_every_replica_and_rolls_back(replicas: list[str]) -> None:
+    _, _, key = new_tenant(replicas[0])
+    _, before, _ = call(replicas[0], "GET", "/admin/rules")
+    aliases = {
+        "auto": None,
+        "fast": "highspeed",
+        "highspeed": "highspeed",
+        "standard": "standard",
+        "quick": "highspeed",
+    }
+    st, body, _ = call(replicas[0], "PUT", "/admin/rules", raw=rules_yaml(aliases=aliases).encode())
+    assert st == 200 and body["version"] > before["version"]
+    assert until(lambda: chat(replicas[1], key, model="quick")[0] == 200, timeout=1.0)
+    st, _, _ = call(replicas[1], "POST", "/admin/rules/rollback", {"version": before["version"]})
+    assert st == 200
+    assert until(lambda: chat(replicas[0], key, model="quick")[0] == 404, timeout=1.0)
+    _, versions, _ = call(replicas[0], "GET", "/admin/rules/versions")
+    cur = [v for v in versions["data"] if v["current"]]
+    assert cur[0]["version"] == before["version"]
+
+
+def test_rules_file_change_is_picked_up_and_a_bad_one_ignored(
+    engines: dict[str, str], tmp_path: Path
+) -> None:
+    path = tmp_path / "r.yaml"
+    port = free_port()
+    path.write_text(rules_yaml())
+    env = {
+        "GATEWAY_ADMIN_TOKEN": ADMIN,
+        "GATEWAY_RULES_WATCH_INTERVAL": "0.1",
+        **{f"GATEWAY_POOL_{k.upper()}_URLS": v for k, v in engines.items()},
+    }
+    import sys
+
+    proc = Proc(
+        [sys.executable, "-m", "gateway.cli", "serve", "--rules", str(path), "--port", str(port)],
+        f"http://127.0.0.1:{port}/healthz",
+        env=env,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _, _, key = new_tenant(base)
+        assert chat(base, key, model="quick")[0] == 404
+        path.write_text(rules_yaml(aliases={"auto": None, "quick": "standard"}))
+        assert until(lambda: chat(base, key, model="quick")[0] == 200, timeout=2.0)
+        path.write_text("tiers: [broken")
+        assert until(lambda: call(base, "GET", "/admin/rules")[1]["last_error"] is not None)
+        assert chat(base, key, model="quick")[0] == 200  # the good rules still run
+    finally:
+        proc.stop()
+
+
+# --- Redis down ----------------------------------------------
+
+
+def test_redis_down_serves_cached_keys_and_resyncs(engines: dict[str, str], tmp_path: Path) -> None:
+    port = free_port()
+    redis = subprocess.Popen(
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--bind",
+            "127.0.0.1",
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        assert until(
+            lambda: (
+                subprocess.run(
+                    ["redis-cli", "-p", str(port), "ping"], capture_output=True
+                ).stdout.strip()
+                == b"PONG"
+            )
+        )
+        proc, base = start_gateway(
+            tmp_path, rules_for_tests(), engines, tenancy_env("gwdown:", url)
+        )
+        try:
+            _, _, key = new_tenant(base, {"requests_per_minute": 1000})
+            _, _, other = new_tenant(base)
+            assert chat(base, key)[0] == 200
+            redis.terminate()
+            redis.wait()
+            st, body, _ = chat(base, key)
+            assert st == 200  # last known policy, per-replica limits
+            st, body, _ = chat(base, other)  # never seen by this replica: cannot be verified
+            assert st == 503 and body["error"]["code"] == "store_unavailable"
+            st, _, _ = call(base, "GET", "/admin/tenants")
+            assert st == 503
+            redis = subprocess.Popen(
+                [
+                    "redis-server",
+                    "--port",
+                    str(port),
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--bind",
+                    "127.0.0.1",
+                ],
+                stdout=subprocess.DEVNULL,
+            )
+            # an empty Redis came back (no persistence): the gateway recovers by itself
+            assert until(lambda: call(base, "GET", "/admin/tenants")[0] == 200, timeout=5.0)
+            _, _, fresh = new_tenant(base)
+            assert chat(base, fresh)[0] == 200
+        finally:
+            proc.stop()
+    finally:
+        redis.terminate()
+        redis.wait()
