@@ -133,6 +133,21 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def engines_main(argv: list[str]) -> int:
+    """``gateway engines launch|sim ...``: the engines/ package's own commands."""
+    what, rest = (argv[0], argv[1:]) if argv else ("", [])
+    if what == "launch":
+        from engines.sglang import launch_main
+
+        return launch_main(rest)
+    if what == "sim":
+        from engines.sim import sim_main
+
+        return int(sim_main(rest))
+    print("usage: gateway engines {launch,sim} ...", file=sys.stderr)
+    return 2
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gateway", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -148,10 +163,19 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("file")
     e.add_argument("request")
     e.set_defaults(func=cmd_explain)
+    sub.add_parser("engines", help="launch TIER [--dry-run] | sim --port P ...")
+    sub.add_parser("admin", help="admin API calls: gateway admin --help")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["engines"]:
+        return engines_main(argv[1:])
+    if argv[:1] == ["admin"]:
+        from gateway.admin_cli import main as admin_main
+
+        return admin_main(argv[1:])
     args = parser().parse_args(argv)
     rc: int = args.func(args)
     return rc

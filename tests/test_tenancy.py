@@ -485,3 +485,33 @@ def test_redis_down_serves_cached_keys_and_resyncs(engines: dict[str, str], tmp_
     finally:
         redis.terminate()
         redis.wait()
+
+
+def test_admin_cli_wraps_the_api(replicas: list[str]) -> None:
+    import sys
+
+    def admin(*args: str) -> Any:
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gateway.cli",
+                "admin",
+                "--url",
+                replicas[1],
+                "--token",
+                ADMIN,
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert r.returncode == 0, r.stderr + r.stdout
+        return json.loads(r.stdout)
+
+    t = admin("tenants-create", "cli-team", "--policy", '{"requests_per_minute": 50}')
+    k = admin("keys-create", t["id"], "--name", "laptop")
+    assert chat(replicas[0], k["key"])[0] == 200
+    assert admin("policy-get", t["id"]) == {"requests_per_minute": 50}
+    assert admin("usage", t["id"])["tenant_id"] == t["id"]
