@@ -50,7 +50,10 @@ class Access:
 
     def on_event(self, ev: dict[str, Any]) -> None:
         kind = ev.get("type")
-        if kind == "resync":
+        if kind == "store_down":
+            self.degraded = True
+        elif kind == "resync":
+            self.degraded = False
             self._cache.clear()
             self._unknown.clear()
         elif kind == "tenant":
@@ -71,7 +74,8 @@ class Access:
         now = time.monotonic()
         entry = self._cache.get(digest)
         if entry is not None and now - entry.at < self._ttl:
-            return entry.eff
+            if not (self.degraded and entry.eff.policy.fail_closed):
+                return entry.eff
         seen_missing = self._unknown.get(digest)
         if entry is None and seen_missing is not None and now - seen_missing < _NEGATIVE_TTL:
             raise Unauthorized("Incorrect API key provided.")

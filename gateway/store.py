@@ -502,7 +502,8 @@ class RedisStore:
                     msg = await pubsub.get_message(timeout=1.0)
                     if msg is not None and msg.get("type") == "message":
                         yield orjson.loads(msg["data"])
-            except Exception:  # any trouble: reconnect, then the consumer resyncs
+            except Exception:  # any trouble: say so, reconnect, then the consumer resyncs
+                yield {"type": "store_down"}
                 await asyncio.sleep(0.5)
             finally:
                 with contextlib.suppress(Exception):

@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -36,26 +37,27 @@ class Proc:
         timeout: float = 20.0,
     ):
         self.url = ready_url
+        self._log = tempfile.TemporaryFile()  # a file, not a pipe: a chatty child never blocks
         self.p = subprocess.Popen(
             argv,
             env={**os.environ, **(env or {})},
-            stdout=subprocess.PIPE,
+            stdout=self._log,
             stderr=subprocess.STDOUT,
             cwd=ROOT,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.p.poll() is not None:
-                out = self.p.stdout.read().decode() if self.p.stdout else ""
-                raise RuntimeError(f"{argv} exited with {self.p.returncode}:\n{out}")
+                raise RuntimeError(f"{argv} exited with {self.p.returncode}:\n{self.log()}")
             try:
                 with urllib.request.urlopen(ready_url, timeout=1) as r:
                     if r.status == 200:
                         return
             except OSError:
                 time.sleep(0.05)
+        out = self.log()
         self.stop()
-        raise RuntimeError(f"{argv} not ready after {timeout}s")
+        raise RuntimeError(f"{argv} not ready after {timeout}s:\n{out}")
 
     def stop(self) -> None:
         if self.p.poll() is None:
@@ -65,8 +67,12 @@ class Proc:
             except subprocess.TimeoutExpired:
                 self.p.kill()
                 self.p.wait()
-        if self.p.stdout:
-            self.p.stdout.close()
+        self._log.close()
+
+    def log(self) -> str:
+        """Everything the process printed so far."""
+        self._log.seek(0)
+        return self._log.read().decode(errors="replace")
 
 
 def start_engine(name: str) -> tuple[Proc, str]:

@@ -99,15 +99,19 @@ def rules_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def replicas(
+def replica_procs(
     engines: dict[str, str], prefix: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[list[str]]:
+) -> Iterator[list[tuple[Proc, str]]]:
     tmp = tmp_path_factory.mktemp("gw")
-    a, url_a = start_gateway(tmp, rules_for_tests(), engines, tenancy_env(prefix))
-    b, url_b = start_gateway(tmp, rules_for_tests(), engines, tenancy_env(prefix))
-    yield [url_a, url_b]
-    a.stop()
-    b.stop()
+    procs = [start_gateway(tmp, rules_for_tests(), engines, tenancy_env(prefix)) for _ in "ab"]
+    yield procs
+    for p, _ in procs:
+        p.stop()
+
+
+@pytest.fixture(scope="module")
+def replicas(replica_procs: list[tuple[Proc, str]]) -> list[str]:
+    return [url for _, url in replica_procs]
 
 
 def new_tenant(base: str, policy: dict[str, Any] | None = None) -> tuple[str, str, str]:
@@ -453,13 +457,16 @@ def test_redis_down_serves_cached_keys_and_resyncs(engines: dict[str, str], tmp_
         try:
             _, _, key = new_tenant(base, {"requests_per_minute": 1000})
             _, _, other = new_tenant(base)
+            _, _, strict = new_tenant(base, {"fail_closed": True})
             assert chat(base, key)[0] == 200
+            assert chat(base, strict)[0] == 200
             redis.terminate()
             redis.wait()
             st, body, _ = chat(base, key)
             assert st == 200  # last known policy, per-replica limits
             st, body, _ = chat(base, other)  # never seen by this replica: cannot be verified
             assert st == 503 and body["error"]["code"] == "store_unavailable"
+            assert chat(base, strict)[0] == 503  # its policy says: refuse while blind
             st, _, _ = call(base, "GET", "/admin/tenants")
             assert st == 503
             redis = subprocess.Popen(
@@ -515,3 +522,14 @@ def test_admin_cli_wraps_the_api(replicas: list[str]) -> None:
     assert chat(replicas[0], k["key"])[0] == 200
     assert admin("policy-get", t["id"]) == {"requests_per_minute": 50}
     assert admin("usage", t["id"])["tenant_id"] == t["id"]
+
+
+def test_keys_never_reach_the_logs(replica_procs: list[tuple[Proc, str]]) -> None:
+    base = replica_procs[0][1]
+    _, kid, key = new_tenant(base)
+    chat(base, key, "[[highspeed: status=500]]")
+    chat(base, "gk-not-a-real-key")
+    call(base, "DELETE", f"/admin/keys/{kid}")
+    for proc, _ in replica_procs:
+        log = proc.log()
+        assert key not in log and key[10:] not in log and ADMIN not in log
