@@ -73,9 +73,9 @@ class Access:
         digest = key_digest(self._secret, authorization[7:].strip())
         now = time.monotonic()
         entry = self._cache.get(digest)
-        if entry is not None and now - entry.at < self._ttl:
-            if not (self.degraded and entry.eff.policy.fail_closed):
-                return entry.eff
+        fresh = entry is not None and now - entry.at < self._ttl
+        if entry is not None and fresh and not (self.degraded and entry.eff.policy.fail_closed):
+            return entry.eff
         seen_missing = self._unknown.get(digest)
         if entry is None and seen_missing is not None and now - seen_missing < _NEGATIVE_TTL:
             raise Unauthorized("Incorrect API key provided.")

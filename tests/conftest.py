@@ -37,7 +37,8 @@ class Proc:
         timeout: float = 20.0,
     ):
         self.url = ready_url
-        self._log = tempfile.TemporaryFile()  # a file, not a pipe: a chatty child never blocks
+        # a file, not a pipe: a chatty child never blocks; closed in stop()
+        self._log = tempfile.TemporaryFile()  # noqa: SIM115
         self.p = subprocess.Popen(
             argv,
             env={**os.environ, **(env or {})},
