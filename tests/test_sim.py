@@ -248,6 +248,12 @@ def test_stop_strings_and_ignore_eos(hs: str) -> None:
     _, body = chat(hs, stop=["."])
     choice = body["choices"][0]
     assert "." not in choice["message"]["content"] and choice["finish_reason"] == "stop"
+    first_word = choice["message"]["content"].split()[0]
+    events, _ = stream(hs, chat_body(stop=[first_word]))  # stops before the first token
+    assert text_of(events) == "" and events[-1] == "[DONE]"
+    chunks = [e for e in events if isinstance(e, dict)]
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
     _, body = chat(hs, ignore_eos=True, max_tokens=333)
     assert body["usage"]["completion_tokens"] == 333
     assert body["choices"][0]["finish_reason"] == "length"
@@ -347,6 +353,16 @@ def test_prefix_cache_hits_for_repeated_prompts(hs: str) -> None:
     assert int(h2["x-sim-cached-tokens"]) == cached
     assert float(h2["x-sim-prefill-ms"]) < float(h1["x-sim-prefill-ms"])
     assert sample(metrics(hs), "sglang:cache_hit_rate") > rate0
+    # the next turn of a conversation hits its whole history, the answer included
+    answer = first["choices"][0]["message"]["content"]
+    turns = [
+        {"role": "user", "content": LONG + " first question?"},
+        {"role": "assistant", "content": answer},
+        {"role": "user", "content": "and then?"},
+    ]
+    _, follow = chat(hs, messages=turns, max_tokens=5)
+    history = first["usage"]["prompt_tokens"] + len(answer.split())
+    assert follow["usage"]["prompt_tokens_details"]["cached_tokens"] >= history - 16
 
 
 def test_highspeed_is_faster_per_output_token(hs: str, st: str) -> None:
