@@ -10,8 +10,11 @@ import contextlib
 import os
 import time
 from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
+from opentelemetry import trace
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from gateway.access import rate_headers
 from gateway.app import GATEWAY, Gateway
@@ -29,6 +32,18 @@ from gateway.pools import AttemptError
 from gateway.relay import StreamRelay
 from gateway.request import ClientRequest, parse_chat, parse_completion
 from gateway.router import RouteDecision
+from gateway.telemetry import (
+    A_SLA,
+    A_STATUS,
+    A_TASK,
+    A_TENANT,
+    A_TIER,
+    S_IN_TOKENS,
+    S_OPERATION,
+    S_OUT_TOKENS,
+    S_REQ_MODEL,
+    RequestRecord,
+)
 from gateway.tenants import Effective
 
 H_TIER = "x-gateway-tier"
@@ -43,6 +58,7 @@ _KNOWN = {
     "/v1/models": "GET",
     "/healthz": "GET",
     "/readyz": "GET",
+    "/metrics": "GET",
 }
 
 
@@ -86,40 +102,128 @@ async def _read(request: web.Request, gw: Gateway) -> bytes:
         raise PayloadTooLarge(f"The request body is over the limit of {limit} bytes.") from None
 
 
+class _Trace:
+    """What one request's telemetry record needs, filled in as it becomes known."""
+
+    __slots__ = ("d", "eff", "error", "first_byte", "out", "status", "stream", "tier", "usage")
+
+    def __init__(self) -> None:
+        self.d: RouteDecision | None = None
+        self.eff: Effective | None = None
+        self.out: Outcome | None = None
+        self.status = 200
+        self.error: str | None = None
+        self.stream = False
+        self.tier = "none"
+        self.usage: dict[str, Any] | None = None
+        self.first_byte: float | None = None
+
+    def record(self, rid: str, kind: str, t0: float) -> RequestRecord:
+        now = time.perf_counter()
+        out, d = self.out, self.d
+        upstream = out.upstream_s if out else 0.0
+        if self.stream and self.first_byte is not None:
+            overhead = self.first_byte - t0 - upstream  # the live phase is the engine's pace
+        else:
+            overhead = now - t0 - upstream
+        u = self.usage or {}
+        return RequestRecord(
+            rid,
+            kind,
+            self.status,
+            now - t0,
+            overhead,
+            self.tier,
+            d.cls.task if d else "unknown",
+            d.cls.sla if d else "unknown",
+            self.eff.tenant_id if self.eff else None,
+            self.stream,
+            d.rule if d else "",
+            (self.first_byte - t0) if self.first_byte is not None else None,
+            int(u.get("prompt_tokens") or 0),
+            int(u.get("completion_tokens") or 0),
+            [(f.tier, f.kind, f.seconds) for f in out.failures] if out else [],
+            out.ok_attempt_s if out else None,
+            self.error,
+        )
+
+
 async def _handle(
-    request: web.Request, parse: Callable[[bytes], ClientRequest]
+    request: web.Request, parse: Callable[[bytes], ClientRequest], kind: str
 ) -> web.StreamResponse:
     t0 = time.perf_counter()
     gw = request.app[GATEWAY]
     rid = _request_id(request)
-    d: RouteDecision | None = None
-    admitted: Effective | None = None
+    tr = _Trace()
+    with gw.telemetry.span(kind, {"gateway.request_id": rid}, trace.SpanKind.SERVER) as span:
+        try:
+            return await _serve(request, gw, parse, rid, t0, tr)
+        finally:
+            gw.telemetry.record(tr.record(rid, kind, t0))
+            if gw.telemetry.tracing:
+                _span_attributes(span, tr, kind)
+
+
+def _span_attributes(span: trace.Span, tr: _Trace, kind: str) -> None:
+    attrs: dict[str, Any] = {S_OPERATION: kind, A_TIER: tr.tier, A_STATUS: tr.status}
+    if tr.d is not None:
+        attrs.update(
+            {
+                S_REQ_MODEL: tr.d.cls.model,
+                A_TASK: tr.d.cls.task,
+                A_SLA: tr.d.cls.sla,
+                "gateway.rule": tr.d.rule,
+            }
+        )
+    if tr.eff is not None and tr.eff.tenant_id:
+        attrs[A_TENANT] = tr.eff.tenant_id
+    if tr.out is not None and tr.out.failures:
+        attrs["gateway.fallback_reason"] = tr.out.failures[0].kind
+    if tr.usage:
+        attrs[S_IN_TOKENS] = int(tr.usage.get("prompt_tokens") or 0)
+        attrs[S_OUT_TOKENS] = int(tr.usage.get("completion_tokens") or 0)
+    span.set_attributes(attrs)
+
+
+async def _serve(
+    request: web.Request,
+    gw: Gateway,
+    parse: Callable[[bytes], ClientRequest],
+    rid: str,
+    t0: float,
+    tr: _Trace,
+) -> web.StreamResponse:
+    admitted = False
     try:
-        eff = await gw.access.authenticate(request.headers.get("Authorization"))
+        eff = tr.eff = await gw.access.authenticate(request.headers.get("Authorization"))
         req = parse(await _read(request, gw))
         cls = gw.classifier.classify(req, request.headers)
-        d = gw.router.decide(cls, gw.pools.health(), eff)
+        d = tr.d = gw.router.decide(cls, gw.pools.health(), eff)
         adm = await gw.access.admit(eff, rid)
-        admitted = eff
+        admitted = True
         deadline_at = time.monotonic() + d.deadline
         if req.stream:
-            out = await gw.dispatcher.stream(req, d, deadline_at, req.affinity)
-            return await _relay_stream(request, gw, req, out, d, rid, t0, deadline_at, eff, adm)
-        out = await gw.dispatcher.complete(req, d, deadline_at, req.affinity)
+            tr.stream = True
+            out = tr.out = await gw.dispatcher.stream(req, d, deadline_at, req.affinity)
+            return await _relay_stream(request, gw, req, out, d, rid, t0, deadline_at, adm, tr)
+        out = tr.out = await gw.dispatcher.complete(req, d, deadline_at, req.affinity)
     except GatewayError as e:
-        extra = _explain(d, None, t0) if d else {}
+        tr.status, tr.error = e.status, e.code
+        extra = _explain(tr.d, None, t0) if tr.d else {}
         if isinstance(e, RateLimited):
             extra.update(e.headers)
-        if admitted is not None:
-            gw.spawn(gw.access.done(admitted, rid, "none", None, _short_reason(e)))
+        if admitted and tr.eff is not None and tr.eff.tenant_id is not None:
+            gw.spawn(gw.access.done(tr.eff, rid, "none", None, e.code))
         return error_response(e, rid, extra)
     except AttemptError as e:  # the engine refused the request itself: relay its answer
-        headers = {H_REQUEST_ID: rid, **(_explain(d, None, t0) if d else {})}
-        if admitted is not None:
-            gw.spawn(gw.access.done(admitted, rid, "none", None, None))
+        tr.status, tr.error = e.status or 400, e.kind
+        headers = {H_REQUEST_ID: rid, **(_explain(tr.d, None, t0) if tr.d else {})}
+        if admitted and tr.eff is not None and tr.eff.tenant_id is not None:
+            gw.spawn(gw.access.done(tr.eff, rid, "none", None, None))
         return web.Response(
             status=e.status or 400, body=e.body, content_type=_JSON, headers=headers
         )
+    tr.tier, tr.usage = out.tier, out.usage
     headers = _explain(d, out, t0)
     headers[H_REQUEST_ID] = rid
     if eff.tenant_id is not None:
@@ -132,10 +236,6 @@ def _fallback_kind(failures: list[Failure]) -> str | None:
     return failures[0].kind if failures else None
 
 
-def _short_reason(e: GatewayError) -> str:
-    return e.code or type(e).__name__
-
-
 async def _relay_stream(
     request: web.Request,
     gw: Gateway,
@@ -145,14 +245,15 @@ async def _relay_stream(
     rid: str,
     t0: float,
     deadline_at: float,
-    eff: Effective,
     adm: Admission,
+    tr: _Trace,
 ) -> web.StreamResponse:
     assert out.stream is not None
+    eff = tr.eff
     headers = _explain(d, out, t0)
     headers[H_REQUEST_ID] = rid
     headers["Cache-Control"] = "no-cache"
-    if eff.tenant_id is not None:
+    if eff is not None and eff.tenant_id is not None:
         headers.update(rate_headers(adm))
     resp = web.StreamResponse(headers=headers)
     resp.content_type = "text/event-stream"
@@ -163,23 +264,31 @@ async def _relay_stream(
         out.stream.resp.close()
         out.stream.finish(ok=True)
         raise
+    tr.first_byte = time.perf_counter()
     try:
         with contextlib.suppress(ConnectionResetError):  # the client left; relay cleaned up
             await relay.run(resp)
     finally:
-        if eff.tenant_id is not None:
-            gw.spawn(
-                gw.access.done(eff, rid, relay.tier, relay.usage(), _fallback_kind(relay.failures))
-            )
+        tr.tier, tr.usage = relay.tier, relay.usage()
+        out.failures = relay.failures
+        if relay.broken:
+            tr.error = "stream_broken"
+        if eff is not None and eff.tenant_id is not None:
+            gw.spawn(gw.access.done(eff, rid, relay.tier, tr.usage, _fallback_kind(relay.failures)))
     return resp
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
-    return await _handle(request, parse_chat)
+    return await _handle(request, parse_chat, "chat")
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
-    return await _handle(request, parse_completion)
+    return await _handle(request, parse_completion, "text_completion")
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = request.app[GATEWAY].telemetry.prometheus()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 async def models(request: web.Request) -> web.Response:
@@ -214,4 +323,5 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/v1/models", models, allow_head=False)
     app.router.add_get("/healthz", healthz, allow_head=False)
     app.router.add_get("/readyz", readyz, allow_head=False)
+    app.router.add_get("/metrics", metrics, allow_head=False)
     app.router.add_route("*", "/{tail:.*}", fallthrough)

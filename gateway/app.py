@@ -30,6 +30,7 @@ from gateway.router import Router
 from gateway.rules import Rules
 from gateway.settings import Settings
 from gateway.store import MemoryStore, RedisStore, Store
+from gateway.telemetry import Telemetry
 
 log = logging.getLogger("gateway")
 
@@ -45,6 +46,7 @@ class Gateway:
     pools: Pools
     dispatcher: Dispatcher
     models_body: bytes
+    telemetry: Telemetry
     control: RulesControl | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
@@ -62,7 +64,8 @@ class Gateway:
             else secrets.token_bytes(32)
         )  # in-process store: keys die with it anyway
         access = Access(store, secret, settings.tenancy, settings.policy_cache_ttl)
-        gw = cls(
+        tel = Telemetry(settings.otlp_endpoint)
+        return cls(
             settings,
             store,
             access,
@@ -70,10 +73,10 @@ class Gateway:
             Classifier(rules),
             Router(rules),
             pools,
-            _dispatcher(pools, rules),
+            _dispatcher(pools, rules, tel),
             _models_body(rules),
+            tel,
         )
-        return gw
 
     def use_rules(self, rules: Rules) -> None:
         """Swap to new rules; pools are rebuilt only when the tiers changed."""
@@ -85,7 +88,7 @@ class Gateway:
         self.rules = rules
         self.classifier = Classifier(rules)
         self.router = Router(rules)
-        self.dispatcher = _dispatcher(self.pools, rules)
+        self.dispatcher = _dispatcher(self.pools, rules, self.telemetry)
         self.models_body = _models_body(rules)
 
     def spawn(self, coro: object) -> None:
@@ -96,6 +99,7 @@ class Gateway:
 
     async def start(self, rules_path: Path, rules_text: str) -> None:
         self.pools.start()
+        self.telemetry.start()
         self.control = RulesControl(
             self.store,
             rules_path,
@@ -124,12 +128,15 @@ class Gateway:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         await self.pools.close()
+        await self.telemetry.close()
         if self.store is not None:
             await self.store.close()
 
 
-def _dispatcher(pools: Pools, rules: Rules) -> Dispatcher:
-    return Dispatcher(pools, build_checks(rules.checks), rules.dispatch, rules.checks.repetition)
+def _dispatcher(pools: Pools, rules: Rules, tel: Telemetry) -> Dispatcher:
+    return Dispatcher(
+        pools, build_checks(rules.checks), rules.dispatch, rules.checks.repetition, tel
+    )
 
 
 async def _close_later(pools: Pools, after: float) -> None:

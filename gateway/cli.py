@@ -44,6 +44,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ValueError as e:  # pydantic's ValidationError is a ValueError
         print(f"error: bad settings: {e}", file=sys.stderr)
         return 2
+    from gateway.telemetry import setup_logging
+
+    setup_logging(settings.log_level, settings.access_log)
     path = settings.rules_path()
     rules = _load(path).with_endpoints(settings.pool_urls)
     app = create_app(settings, rules, path, path.read_text(encoding="utf-8"))

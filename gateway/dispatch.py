@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 import orjson
+from opentelemetry import trace
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -43,6 +44,7 @@ from gateway.request import ClientRequest
 from gateway.router import RouteDecision
 from gateway.rules import Dispatch
 from gateway.stream import LiveChecks, SSEFramer, StreamState
+from gateway.telemetry import Telemetry
 
 T = TypeVar("T")
 _PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
@@ -55,6 +57,7 @@ class Failure:
     kind: str
     detail: str
     timeout: bool
+    seconds: float = 0.0
 
     def short(self) -> str:
         return f"{self.tier}:{self.kind}"
@@ -88,6 +91,7 @@ class Outcome:
     failures: list[Failure] = field(default_factory=list)
     upstream_s: float = 0.0  # time spent waiting on engines (for x-gateway-overhead-ms)
     usage: dict[str, Any] | None = None  # the engine's usage report (non-stream)
+    ok_attempt_s: float | None = None  # how long the attempt that answered took
 
     @property
     def fallback(self) -> str | None:
@@ -164,8 +168,14 @@ class _StopAt(stop_base):
 
 class Dispatcher:
     def __init__(
-        self, pools: Pools, checks: dict[str, Check], cfg: Dispatch, repetition: RepetitionSettings
+        self,
+        pools: Pools,
+        checks: dict[str, Check],
+        cfg: Dispatch,
+        repetition: RepetitionSettings,
+        telemetry: Telemetry,
     ):
+        self._tel = telemetry
         self._repetition = repetition
         self._pools = pools
         self._checks = checks
@@ -208,13 +218,13 @@ class Dispatcher:
             usage[0] = payload.get("usage")
             pool.record(True)
             for out in outs:
-                bad = run_checks(checks, out, req.facts)
+                bad = self._tel.run_checks(checks, out, req.facts)
                 if bad is not None:
                     raise AttemptError(f"check_{bad.check}", bad.reason)
             return data
 
-        tier, data, failures = await self._run(d.tiers, attempt, deadline_at)
-        return Outcome(tier, data, None, failures, upstream[0], usage[0])
+        tier, data, failures, ok_s = await self._run(d.tiers, attempt, deadline_at)
+        return Outcome(tier, data, None, failures, upstream[0], usage[0], ok_s)
 
     async def stream(
         self, req: ClientRequest, d: RouteDecision, deadline_at: float, affinity: int
@@ -230,8 +240,8 @@ class Dispatcher:
                 req, d, pool, body, affinity, deadline_at, checks, hold, upstream
             )
 
-        tier, start, failures = await self._run(d.tiers, attempt, deadline_at)
-        return Outcome(tier, b"", start, failures, upstream[0])
+        tier, start, failures, ok_s = await self._run(d.tiers, attempt, deadline_at)
+        return Outcome(tier, b"", start, failures, upstream[0], None, ok_s)
 
     async def continuation(
         self,
@@ -259,8 +269,8 @@ class Dispatcher:
 
         if not tiers:
             self._give_up(AttemptError("no_continuation", "no tier left"), [])
-        tier, start, failures = await self._run(tiers, attempt, deadline_at)
-        return Outcome(tier, b"", start, failures, upstream[0])
+        tier, start, failures, ok_s = await self._run(tiers, attempt, deadline_at)
+        return Outcome(tier, b"", start, failures, upstream[0], None, ok_s)
 
     def loop_start(self, state: StreamState) -> int | None:
         """Where the loop in a stream's text begins (the clean text is before it)."""
@@ -398,14 +408,36 @@ class Dispatcher:
         req.body["model"] = model
         return orjson.dumps(req.body)
 
+    async def _timed(
+        self,
+        tier: str,
+        attempt: Callable[[str], Awaitable[T]],
+        failures: list[Failure],
+        ok: list[float],
+    ) -> T:
+        t0 = time.perf_counter()
+        with self._tel.span(
+            f"attempt {tier}", {"gateway.tier": tier}, kind=trace.SpanKind.CLIENT
+        ) as span:
+            try:
+                value = await attempt(tier)
+            except AttemptError as e:
+                failures.append(
+                    Failure(tier, e.kind, e.detail, e.timeout, time.perf_counter() - t0)
+                )
+                span.set_attribute("gateway.attempt.outcome", e.kind)
+                raise
+            ok.append(time.perf_counter() - t0)
+            return value
+
     async def _run(
         self, tiers: tuple[str, ...], attempt: Callable[[str], Awaitable[T]], deadline_at: float
-    ) -> tuple[str, T, list[Failure]]:
+    ) -> tuple[str, T, list[Failure], float]:
         failures: list[Failure] = []
+        ok: list[float] = []
         try:
-            return tiers[0], await attempt(tiers[0]), failures
+            return tiers[0], await self._timed(tiers[0], attempt, failures, ok), failures, ok[0]
         except AttemptError as e:
-            failures.append(Failure(tiers[0], e.kind, e.detail, e.timeout))
             if not e.retryable or len(tiers) == 1:
                 self._give_up(e, failures)
         rest = iter(tiers[1:])
@@ -430,16 +462,12 @@ class Dispatcher:
             retry=retry_if_exception(retryable),
             reraise=True,
         )
-        tier = tiers[0]
         try:
             async for a in retrying:
                 with a:
                     tier = next(rest)
-                    try:
-                        return tier, await attempt(tier), failures
-                    except AttemptError as e:
-                        failures.append(Failure(tier, e.kind, e.detail, e.timeout))
-                        raise
+                    value = await self._timed(tier, attempt, failures, ok)
+                    return tier, value, failures, ok[0]
         except AttemptError as e:
             self._give_up(e, failures)
         raise AssertionError("unreachable")  # pragma: no cover

@@ -65,6 +65,7 @@ class StreamRelay:
         self.sent_chars = 0
         self.sent_tokens = 0
         self.ended = False  # a terminal event ([DONE] or an error event) went out
+        self.broken = False  # it ended with an error event
         self._first_tokens = 0  # what the first tier sent, for the merged usage
         self._first_usage: dict[str, Any] | None = None
         self._active: StreamStart | None = None  # the upstream stream being relayed
@@ -299,6 +300,7 @@ class StreamRelay:
 
     # -- endings -----------------------------------------------------------------------------
     async def _error(self, resp: web.StreamResponse, message: str) -> None:
+        self.broken = True
         await resp.write(b"data: " + error_body(StreamBroken(message)) + b"\n\n" + _DONE)
         self.ended = True
 

@@ -32,6 +32,11 @@ class Settings(BaseSettings):
         default=None, description="HMAC secret for API key digests; shared by every replica"
     )
     policy_cache_ttl: float = Field(default=30.0, gt=0, description="re-read cached keys after")
+    otlp_endpoint: str | None = Field(
+        default=None, description="OTLP/HTTP collector, e.g. http://otel:4318; unset: no traces"
+    )
+    log_level: str = Field(default="info", pattern=r"^(debug|info|warning|error)$")
+    access_log: bool = True
     rules_watch_interval: float = Field(default=1.0, ge=0, description="0: don't watch the file")
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024, le=512 * 1024 * 1024)
     # tier/pool name (lower case) -> base URLs; filled from GATEWAY_POOL_<NAME>_URLS

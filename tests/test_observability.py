@@ -1,0 +1,162 @@
+"""Metrics on /metrics, OTLP traces to a collector, JSON access logs — through real sockets."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import Proc, free_port, rules_for_tests, start_gateway
+from tests.test_e2e_proxy import chat
+from tests.test_streams import sse
+
+
+def scrape(base: str) -> str:
+    with urllib.request.urlopen(f"{base}/metrics", timeout=5) as r:
+        assert r.headers["Content-Type"].startswith("text/plain")
+        return r.read().decode()
+
+
+def sample(text: str, name: str, **labels: str) -> float:
+    """Sum of the samples of ``name`` whose labels include ``labels``."""
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        if all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_metrics_count_requests_fallbacks_checks_and_tokens(client: Any, gateway: str) -> None:
+    before = scrape(gateway)
+    chat(client, "hello metrics")
+    chat(client, "loop please [[highspeed: loop]]")
+    sse(gateway, "stream metrics")
+    after = scrape(gateway)
+
+    def delta(name: str, **labels: str) -> float:
+        return sample(after, name, **labels) - sample(before, name, **labels)
+
+    assert delta("gateway_requests_total", tier="highspeed", task="chat", status="200") >= 2
+    assert delta("gateway_fallbacks_total", tier="highspeed", reason="check_repetition") == 1
+    assert delta("gateway_check_failures_total", check="repetition") == 1
+    assert delta("gateway_tokens_total", direction="out") > 0
+    assert delta("gateway_request_latency_seconds_count", tier="standard") >= 1
+    assert delta("gateway_time_to_first_token_seconds_count", tier="highspeed") >= 1
+    assert delta("gateway_upstream_attempt_seconds_count", outcome="ok") >= 3
+    assert 'le="0.05"' in after and 'le="0.1"' in after  # buckets that resolve P95/P99
+    assert delta("gateway_overhead_seconds_count") >= 3
+
+
+class _Collector(BaseHTTPRequestHandler):
+    received: list[tuple[str, bytes]] = []
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        n = int(self.headers.get("Content-Length", "0"))
+        self.received.append((self.path, self.rfile.read(n)))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture()
+def collector() -> Iterator[tuple[str, list[tuple[str, bytes]]]]:
+    _Collector.received = []
+    srv = ThreadingHTTPServer(("127.0.0.1", free_port()), _Collector)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}", _Collector.received
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_traces_go_to_the_otlp_collector(
+    engines: dict[str, str], tmp_path: Path, collector: tuple[str, list[tuple[str, bytes]]]
+) -> None:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    url, received = collector
+    proc, base = start_gateway(tmp_path, rules_for_tests(), engines, {"GATEWAY_OTLP_ENDPOINT": url})
+    try:
+        status, _ = _post(base, "traced [[highspeed: leak]]")
+        assert status == 200
+        proc.stop()  # shutdown flushes the batch span processor
+    finally:
+        proc.stop()
+    spans = []
+    for path, body in received:
+        if path == "/v1/traces":
+            req = ExportTraceServiceRequest()
+            req.ParseFromString(body)
+            for rs in req.resource_spans:
+                for ss in rs.scope_spans:
+                    spans += list(ss.spans)
+    by_name = {s.name: s for s in spans}
+    root = by_name["chat"]
+    attrs = {a.key: a.value for a in root.attributes}
+    assert attrs["gen_ai.operation.name"].string_value == "chat"
+    assert attrs["gen_ai.request.model"].string_value == "auto"
+    assert attrs["tier"].string_value == "standard"
+    assert attrs["gateway.fallback_reason"].string_value == "check_template_leak"
+    assert {"attempt highspeed", "attempt standard", "check template_leak"} <= set(by_name)
+    assert by_name["attempt highspeed"].parent_span_id == root.span_id
+
+
+def _post(base: str, content: str) -> tuple[int, dict[str, Any]]:
+    body = json.dumps({"model": "auto", "messages": [{"role": "user", "content": content}]})
+    req = urllib.request.Request(
+        f"{base}/v1/chat/completions",
+        data=body.encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return r.status, json.loads(r.read())
+
+
+def test_access_log_is_json_with_request_id_and_no_prompt(
+    engines: dict[str, str], tmp_path: Path
+) -> None:
+    port = free_port()
+    rules = tmp_path / "r.yaml"
+    import yaml
+
+    rules.write_text(yaml.safe_dump(rules_for_tests()))
+    env = {f"GATEWAY_POOL_{k.upper()}_URLS": v for k, v in engines.items()}
+    proc = Proc(
+        [sys.executable, "-m", "gateway.cli", "serve", "--rules", str(rules), "--port", str(port)],
+        f"http://127.0.0.1:{port}/healthz",
+        env=env,
+    )
+    try:
+        _post(f"http://127.0.0.1:{port}", "SECRET-PROMPT-TEXT")
+        deadline = time.monotonic() + 3
+        lines: list[dict[str, Any]] = []
+        while time.monotonic() < deadline and not lines:
+            lines = [
+                json.loads(x)
+                for x in proc.log().splitlines()
+                if x.startswith("{") and '"logger":"gateway.access"' in x
+            ]
+            time.sleep(0.1)
+        assert lines, proc.log()
+        rec = lines[-1]
+        assert re.fullmatch(r"req_[0-9a-f]{24}", rec["request_id"])
+        assert rec["status"] == 200 and rec["tier"] == "highspeed" and rec["task"] == "chat"
+        assert "SECRET-PROMPT-TEXT" not in proc.log()
+    finally:
+        proc.stop()
