@@ -11,7 +11,7 @@ import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -59,9 +59,9 @@ def test_metrics_count_requests_fallbacks_checks_and_tokens(client: Any, gateway
 
 
 class _Collector(BaseHTTPRequestHandler):
-    received: list[tuple[str, bytes]] = []
+    received: ClassVar[list[tuple[str, bytes]]] = []
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+    def do_POST(self) -> None:
         n = int(self.headers.get("Content-Length", "0"))
         self.received.append((self.path, self.rfile.read(n)))
         self.send_response(200)

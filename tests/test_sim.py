@@ -230,7 +230,7 @@ def test_models_health_and_server_info(hs: str, st: str) -> None:
 
 
 def test_sglang_extras_are_ignored_and_bad_input_is_400(hs: str) -> None:
-    extras = {"top_k": 5, "min_p": 0.1, "regex": "a+", "separate_reasoning": True,
+    extras: dict[str, Any] = {"top_k": 5, "min_p": 0.1, "regex": "a+", "separate_reasoning": True,
               "chat_template_kwargs": {"enable_thinking": False}, "rid": "r1"}  # fmt: skip
     _, body = chat(hs, **extras)
     assert body["choices"][0]["message"]["content"]
@@ -481,7 +481,7 @@ def test_json_mode_and_bad_json(hs: str) -> None:
     assert body["choices"][0]["message"]["content"]
 
 
-TOOLS = [
+TOOLS: list[Any] = [
     {
         "type": "function",
         "function": {
@@ -521,13 +521,16 @@ def parses(text: str) -> bool:
     return True
 
 
+NAMED: Any = {"type": "function", "function": {"name": "other"}}
+
+
 def test_tool_call_streams_in_openai_shape(client: openai.OpenAI) -> None:
     chunks = list(
         client.chat.completions.create(
             model="m",
             messages=[{"role": "user", "content": "weather?"}],
             tools=TOOLS,
-            tool_choice={"type": "function", "function": {"name": "other"}},
+            tool_choice=NAMED,
             stream=True,
         )
     )
