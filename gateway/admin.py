@@ -317,6 +317,13 @@ class Admin:
     async def pools(self) -> web.Response:
         return _json({"tiers": self.gw.pools.state(), "store_degraded": self.gw.access.degraded})
 
+    async def shadow(self) -> web.Response:
+        try:
+            limit = max(1, min(5000, int(self.request.query.get("limit", "1000"))))
+        except ValueError:
+            raise BadRequest("'limit' must be an integer.", param="limit") from None
+        return _json({"object": "list", "data": await self.store.shadow_records(limit)})
+
     async def audit_log(self) -> web.Response:
         try:
             limit = max(1, min(1000, int(self.request.query.get("limit", "100"))))
@@ -482,6 +489,12 @@ ROUTES: list[tuple[str, str, str, str]] = [
         "The routing decision for a request (optionally as a tenant)",
     ),
     ("GET", "/admin/audit", "audit_log", "The audit log, newest first (?limit=)"),
+    (
+        "GET",
+        "/admin/shadow",
+        "shadow",
+        "Shadow comparisons (fast tier vs standard), newest first (?limit=)",
+    ),
 ]
 
 

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import orjson
 from aiohttp import web
 from opentelemetry import trace
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -32,6 +33,7 @@ from gateway.pools import AttemptError
 from gateway.relay import StreamRelay
 from gateway.request import ClientRequest, parse_chat, parse_completion
 from gateway.router import RouteDecision
+from gateway.shadow import answer_text
 from gateway.telemetry import (
     A_SLA,
     A_STATUS,
@@ -224,12 +226,27 @@ async def _serve(
             status=e.status or 400, body=e.body, content_type=_JSON, headers=headers
         )
     tr.tier, tr.usage = out.tier, out.usage
+    _maybe_shadow(gw, req, d, eff, out.tier, lambda: answer_text(req.kind, orjson.loads(out.body)))
     headers = _explain(d, out, t0)
     headers[H_REQUEST_ID] = rid
     if eff.tenant_id is not None:
         headers.update(rate_headers(adm))
         gw.spawn(gw.access.done(eff, rid, out.tier, out.usage, _fallback_kind(out.failures)))
     return web.Response(body=out.body, content_type=_JSON, headers=headers)
+
+
+def _maybe_shadow(
+    gw: Gateway,
+    req: ClientRequest,
+    d: RouteDecision,
+    eff: Effective,
+    tier: str,
+    text: Callable[[], str],
+) -> None:
+    against = gw.shadow.wanted(eff.policy.shadow_rate, d, tier)
+    if against is not None:
+        body = dict(req.body)
+        gw.spawn(gw.shadow.compare(req, body, d, tier, text(), against, eff.tenant_id))
 
 
 def _fallback_kind(failures: list[Failure]) -> str | None:
@@ -271,6 +288,8 @@ async def _relay_stream(
     finally:
         tr.tier, tr.usage = relay.tier, relay.usage()
         out.failures = relay.failures
+        if not relay.broken and eff is not None:
+            _maybe_shadow(gw, req, d, eff, relay.tier, out.stream.state.text)
         if relay.broken:
             tr.error = "stream_broken"
         if eff is not None and eff.tenant_id is not None:

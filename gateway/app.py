@@ -29,6 +29,7 @@ from gateway.pools import Pools
 from gateway.router import Router
 from gateway.rules import Rules
 from gateway.settings import Settings
+from gateway.shadow import Shadow
 from gateway.store import MemoryStore, RedisStore, Store
 from gateway.telemetry import Telemetry
 
@@ -47,6 +48,7 @@ class Gateway:
     dispatcher: Dispatcher
     models_body: bytes
     telemetry: Telemetry
+    shadow: Shadow
     control: RulesControl | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
@@ -76,6 +78,7 @@ class Gateway:
             _dispatcher(pools, rules, tel),
             _models_body(rules),
             tel,
+            Shadow(pools, store, tel),
         )
 
     def use_rules(self, rules: Rules) -> None:
@@ -89,6 +92,7 @@ class Gateway:
         self.classifier = Classifier(rules)
         self.router = Router(rules)
         self.dispatcher = _dispatcher(self.pools, rules, self.telemetry)
+        self.shadow = Shadow(self.pools, self.store, self.telemetry)
         self.models_body = _models_body(rules)
 
     def spawn(self, coro: object) -> None:

@@ -35,6 +35,7 @@ from gateway.limits import (
 from gateway.tenants import ApiKey, Policy, Tenant
 
 AUDIT_MAX = 10_000
+SHADOW_MAX = 5_000  # shadow comparisons kept for `evals quality --shadow`
 RULES_MAX = 100
 
 
@@ -80,6 +81,9 @@ class Store(Protocol):
     async def audit(self, entry: dict[str, Any]) -> None: ...
     async def audit_log(self, limit: int = 100) -> list[dict[str, Any]]: ...
 
+    async def push_shadow(self, rec: dict[str, Any]) -> None: ...
+    async def shadow_records(self, limit: int = 1000) -> list[dict[str, Any]]: ...
+
     async def save_rules(self, text: str, meta: dict[str, Any]) -> int: ...
     async def set_current_rules(self, version: int) -> None: ...
     async def current_rules(self) -> tuple[int, str] | None: ...
@@ -103,6 +107,7 @@ class MemoryStore:
         self._by_digest: dict[str, str] = {}
         self._usage: dict[tuple[str, str], dict[str, int]] = {}
         self._audit: list[dict[str, Any]] = []
+        self._shadow: list[dict[str, Any]] = []
         self._rules: list[tuple[str, dict[str, Any]]] = []
         self._current: int | None = None
         self._limiter = LocalLimiter()
@@ -194,6 +199,13 @@ class MemoryStore:
 
     async def audit_log(self, limit: int = 100) -> list[dict[str, Any]]:
         return list(reversed(self._audit[-limit:]))
+
+    async def push_shadow(self, rec: dict[str, Any]) -> None:
+        self._shadow.append(rec)
+        del self._shadow[:-SHADOW_MAX]
+
+    async def shadow_records(self, limit: int = 1000) -> list[dict[str, Any]]:
+        return list(reversed(self._shadow[-limit:]))
 
     async def save_rules(self, text: str, meta: dict[str, Any]) -> int:
         self._rules.append((text, meta))
@@ -454,6 +466,16 @@ class RedisStore:
 
     async def audit_log(self, limit: int = 100) -> list[dict[str, Any]]:
         raws = await self._call(self._r.lrange(self._k("audit"), 0, limit - 1))
+        return [orjson.loads(r) for r in raws]
+
+    async def push_shadow(self, rec: dict[str, Any]) -> None:
+        pipe = self._r.pipeline(transaction=False)
+        pipe.lpush(self._k("shadow"), orjson.dumps(rec))
+        pipe.ltrim(self._k("shadow"), 0, SHADOW_MAX - 1)
+        await self._call(pipe.execute())
+
+    async def shadow_records(self, limit: int = 1000) -> list[dict[str, Any]]:
+        raws = await self._call(self._r.lrange(self._k("shadow"), 0, limit - 1))
         return [orjson.loads(r) for r in raws]
 
     # -- rules ------------------------------------------------------------------------------

@@ -46,6 +46,9 @@ M_FALLBACKS = "gateway_fallbacks"
 M_CHECK_FAILURES = "gateway_check_failures"
 M_ATTEMPT = "gateway_upstream_attempt_seconds"
 M_OVERHEAD = "gateway_overhead_seconds"
+M_SHADOW = "gateway_shadow_comparisons"
+M_SHADOW_SIM = "gateway_shadow_similarity"
+M_SHADOW_FAIL = "gateway_shadow_failures"
 
 A_TIER, A_TASK, A_SLA, A_TENANT = "tier", "task", "sla", "tenant"
 A_STATUS, A_STREAM, A_REASON, A_CHECK = "status", "stream", "reason", "check"
@@ -100,6 +103,7 @@ TPOT_BUCKETS = (
     1.0,
 )
 OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.002, 0.005, 0.01, 0.025, 0.1)
+SIMILARITY_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
 MAX_TENANT_LABELS = 100  # beyond this, tenants are counted as "other" (bounded cardinality)
 
 access_log = logging.getLogger("gateway.access")
@@ -152,6 +156,7 @@ class Telemetry:
             View(instrument_name=M_ATTEMPT, aggregation=_buckets(LATENCY_BUCKETS)),
             View(instrument_name=M_TPOT, aggregation=_buckets(TPOT_BUCKETS)),
             View(instrument_name=M_OVERHEAD, aggregation=_buckets(OVERHEAD_BUCKETS)),
+            View(instrument_name=M_SHADOW_SIM, aggregation=_buckets(SIMILARITY_BUCKETS)),
         ]
         self._provider = MeterProvider(metric_readers=readers, resource=resource, views=views)
         m = self._provider.get_meter("gateway")
@@ -165,6 +170,9 @@ class Telemetry:
         self.check_failures = m.create_counter(M_CHECK_FAILURES, description="by check")
         self.attempt = m.create_histogram(M_ATTEMPT, unit="s", description="upstream attempt")
         self.overhead = m.create_histogram(M_OVERHEAD, unit="s", description="gateway's own")
+        self.shadow_comparisons = m.create_counter(M_SHADOW, description="shadow answers")
+        self.shadow_similarity = m.create_histogram(M_SHADOW_SIM, description="token F1")
+        self.shadow_failures = m.create_counter(M_SHADOW_FAIL, description="shadow errors")
         self._pending: list[RequestRecord] = []
         self._tenants: set[str] = set()
         self._interval = flush_interval

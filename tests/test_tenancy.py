@@ -533,3 +533,21 @@ def test_keys_never_reach_the_logs(replica_procs: list[tuple[Proc, str]]) -> Non
     for proc, _ in replica_procs:
         log = proc.log()
         assert key not in log and key[10:] not in log and ADMIN not in log
+
+
+def test_shadow_sampling_compares_with_standard_off_the_critical_path(
+    replicas: list[str],
+) -> None:
+    _, _, key = new_tenant(replicas[0], {"shadow_rate": 1.0})
+    st, body, h = chat(replicas[0], key, "shadow me")
+    assert st == 200 and h["x-gateway-tier"] == "highspeed"  # the client's answer: untouched
+    assert body["choices"][0]["message"]["content"] == "Echo (highspeed): shadow me"
+
+    def records() -> list[dict[str, Any]]:
+        return call(replicas[0], "GET", "/admin/shadow?limit=50")[1]["data"]
+
+    assert until(lambda: any(r["tier"] == "highspeed" for r in records()), timeout=3.0)
+    rec = records()[0]
+    assert rec["against"] == "standard" and rec["task"] == "chat"
+    # "Echo (highspeed): shadow me" vs "Echo (standard): shadow me": 3 of 4 words shared
+    assert rec["f1"] == 0.75 and rec["agree"] is True and rec["exact"] is False

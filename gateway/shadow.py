@@ -1,0 +1,136 @@
+"""Shadow evaluation: a sampled copy of live traffic, answered again by the standard tier.
+
+For a tenant with ``shadow_rate`` > 0, that share of the requests the high-speed tier
+answered is sent again — after the client has its answer, as a background task — to
+the last tier of the route's chain (the standard tier), and the two answers are
+compared. The comparison is recorded as metrics and kept, bounded, in the store, where
+``python -m evals quality --shadow`` reports it. A shadow request never delays or
+changes the client's answer, and its failures are only counted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import re
+import time
+from typing import Any
+
+import orjson
+
+from gateway.pools import AttemptError, Pools
+from gateway.request import ClientRequest
+from gateway.router import RouteDecision
+from gateway.store import Store, StoreUnavailable
+from gateway.telemetry import Telemetry
+
+log = logging.getLogger("gateway.shadow")
+_WORD = re.compile(r"\w+", re.UNICODE)
+_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+AGREE_AT = 0.6  # token F1 at or above which two answers count as agreeing
+
+
+def token_f1(a: str, b: str) -> float:
+    """Bag-of-words F1 between two texts (1.0 when both are empty)."""
+    ta, tb = _WORD.findall(a.lower()), _WORD.findall(b.lower())
+    if not ta and not tb:
+        return 1.0
+    if not ta or not tb:
+        return 0.0
+    counts: dict[str, int] = {}
+    for t in ta:
+        counts[t] = counts.get(t, 0) + 1
+    common = 0
+    for t in tb:
+        if counts.get(t, 0) > 0:
+            counts[t] -= 1
+            common += 1
+    if common == 0:
+        return 0.0
+    p, r = common / len(tb), common / len(ta)
+    return 2 * p * r / (p + r)
+
+
+def answer_text(kind: str, payload: Any) -> str:
+    try:
+        ch = payload["choices"][0]
+        if kind == "chat":
+            msg = ch["message"]
+            text = msg.get("content") or ""
+            calls = msg.get("tool_calls")
+            return str(text) + (orjson.dumps(calls).decode() if calls else "")
+        return str(ch.get("text") or "")
+    except (KeyError, IndexError, TypeError):
+        return ""
+
+
+class Shadow:
+    def __init__(
+        self,
+        pools: Pools,
+        store: Store | None,
+        telemetry: Telemetry,
+        rng: random.Random | None = None,
+    ):
+        self._pools = pools
+        self._store = store
+        self._tel = telemetry
+        self._rng = rng or random.Random()
+
+    def wanted(self, rate: float | None, d: RouteDecision, tier: str) -> str | None:
+        """The tier to shadow against, when this request is sampled; else None."""
+        if not rate or tier == d.tiers[-1] or self._rng.random() >= rate:
+            return None
+        return d.tiers[-1]
+
+    async def compare(
+        self,
+        req: ClientRequest,
+        body: dict[str, Any],
+        d: RouteDecision,
+        tier: str,
+        answer: str,
+        against: str,
+        tenant: str | None,
+    ) -> None:
+        pool = self._pools[against]
+        body = {**body, "model": pool.model, "stream": False}
+        body.pop("stream_options", None)
+        t0 = time.perf_counter()
+        try:
+            data = await pool.post(
+                pool.choose(req.affinity),
+                _PATHS[req.kind],
+                orjson.dumps(body),
+                pool.timeout(pool.tier.timeouts.total, stream=False),
+            )
+            other = answer_text(req.kind, orjson.loads(data))
+        except (AttemptError, orjson.JSONDecodeError) as e:
+            self._tel.shadow_failures.add(1, {"tier": against})
+            log.info("shadow request failed", extra={"fields": {"error": str(e)[:200]}})
+            return
+        score = token_f1(answer, other)
+        agree = score >= AGREE_AT
+        exact = answer.strip() == other.strip()
+        attrs = {"task": d.cls.task, "tier": tier, "agree": str(agree).lower()}
+        self._tel.shadow_comparisons.add(1, attrs)
+        self._tel.shadow_similarity.record(score, {"task": d.cls.task, "tier": tier})
+        if self._store is None:
+            return
+        rec = {
+            "at": time.time(),
+            "tenant": tenant,
+            "task": d.cls.task,
+            "rule": d.rule,
+            "tier": tier,
+            "against": against,
+            "f1": round(score, 4),
+            "exact": exact,
+            "agree": agree,
+            "len": len(answer),
+            "len_against": len(other),
+            "shadow_ms": round((time.perf_counter() - t0) * 1000, 1),
+        }
+        with contextlib.suppress(StoreUnavailable):
+            await self._store.push_shadow(rec)
