@@ -1,0 +1,113 @@
+"""Pool health against the SGLang-shaped simulator: probes, metrics scrape, circuits."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import Proc, rules_for_tests, start_gateway
+from tests.test_sim import start_sim
+from tests.test_tenancy import ADMIN, call, new_tenant, until
+
+
+def sim_rules(interval: float = 0.2) -> dict[str, Any]:
+    rules = rules_for_tests()
+    for name, tier in rules["tiers"].items():
+        tier["model"] = f"sim-{name}"
+        tier["health"] = {"interval": interval, "timeout": 0.5}
+    return rules
+
+
+def pools(base: str) -> dict[str, Any]:
+    data: dict[str, Any] = call(base, "GET", "/admin/pools")[1]
+    return data
+
+
+def post(base: str, key: str, content: str) -> tuple[int, dict[str, str]]:
+    st, _, h = call(
+        base,
+        "POST",
+        "/v1/chat/completions",
+        {"model": "auto", "max_tokens": 8, "messages": [{"role": "user", "content": content}]},
+        key,
+    )
+    return st, h
+
+
+def test_dead_replica_is_skipped_within_a_probe_and_comes_back(tmp_path: Path) -> None:
+    a, a_url = start_sim("--profile", "highspeed", "--time-scale", "0.01", "--seed", "1")
+    b, b_url = start_sim("--profile", "highspeed", "--time-scale", "0.01", "--seed", "2")
+    st, st_url = start_sim("--profile", "standard", "--time-scale", "0.01")
+    gw, base = start_gateway(
+        tmp_path,
+        sim_rules(),
+        {"highspeed": f"{a_url},{b_url}", "standard": st_url},
+        {"GATEWAY_ADMIN_TOKEN": ADMIN},
+    )
+    try:
+        _, _, key = new_tenant(base)
+        # the probe scrapes SGLang's /metrics: cache hit rate and queue depth are known
+        assert until(
+            lambda: all(
+                r["cache_hit_rate"] is not None
+                for r in pools(base)["tiers"]["highspeed"]["replicas"]
+            )
+        )
+        b.stop()
+        time.sleep(0.45)  # a bit over two probe intervals
+        reps = {r["url"]: r for r in pools(base)["tiers"]["highspeed"]["replicas"]}
+        assert reps[b_url]["up"] is False and reps[a_url]["up"] is True
+        for i in range(8):
+            code, h = post(base, key, f"prefix {i} differs")
+            assert code == 200 and h["x-gateway-tier"] == "highspeed"
+            assert "x-gateway-fallback" not in h  # the dead replica was not even tried
+        port = b_url.rsplit(":", 1)[1]
+        b = Proc(
+            [
+                sys.executable,
+                "-m",
+                "engines.sim",
+                "--port",
+                port,
+                "--profile",
+                "highspeed",
+                "--time-scale",
+                "0.01",
+            ],
+            f"{b_url}/health",
+        )
+        assert until(
+            lambda: all(r["up"] for r in pools(base)["tiers"]["highspeed"]["replicas"]), timeout=2.0
+        )
+    finally:
+        for p in (gw, a, b, st):
+            p.stop()
+
+
+def test_failing_pool_opens_its_circuit_and_standard_takes_over(tmp_path: Path) -> None:
+    bad, bad_url = start_sim("--profile", "highspeed", "--time-scale", "0.01", "--fault", "500=1.0")
+    st, st_url = start_sim("--profile", "standard", "--time-scale", "0.01")
+    rules = sim_rules()
+    rules["tiers"]["highspeed"]["circuit"] = {"failures": 3, "cooldown": 30.0}
+    gw, base = start_gateway(
+        tmp_path, rules, {"highspeed": bad_url, "standard": st_url}, {"GATEWAY_ADMIN_TOKEN": ADMIN}
+    )
+    try:
+        _, _, key = new_tenant(base)
+        for _ in range(3):
+            code, h = post(base, key, "x")
+            assert code == 200 and h["x-gateway-fallback"].startswith("highspeed:http_500")
+        code, h = post(base, key, "x")
+        assert h["x-gateway-tier"] == "standard" and "x-gateway-fallback" not in h
+        assert "unavailable: highspeed" in h["x-gateway-route"]
+        state = pools(base)["tiers"]["highspeed"]
+        assert state["circuit_open"] is True and state["available"] is False
+        with urllib.request.urlopen(f"{base}/readyz") as r:
+            assert json.loads(r.read())["tiers"] == {"highspeed": False, "standard": True}
+    finally:
+        for p in (gw, bad, st):
+            p.stop()
