@@ -1,0 +1,1 @@
+"""The Grafana dashboard of the gateway and its engines (``build_dashboard``)."""
