@@ -4,7 +4,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: serve test lint bench install clean
+SGLANG_VENV := .cache/sglang-venv
+SGLANG_STAMP := $(SGLANG_VENV)/.installed
+
+.PHONY: serve test lint bench install clean sglang-check
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -18,12 +21,26 @@ serve: $(STAMP)
 	$(BIN)/gateway serve
 
 lint: $(STAMP)
-	$(BIN)/ruff check gateway engines evals tests
+	$(BIN)/ruff check gateway engines evals deploy tests
 	$(BIN)/ruff format --check gateway
 	$(BIN)/mypy
 
-test: lint
+test: lint sglang-check
 	$(BIN)/pytest
+
+# SGLang's own argument parser checks the rendered launch flags of both tier profiles.
+# sglang installs without its GPU dependencies (~1 min; torch is this machine's CPU wheel).
+$(SGLANG_STAMP):
+	$(PY) -m venv $(SGLANG_VENV)
+	$(SGLANG_VENV)/bin/pip install -q --upgrade pip
+	$(SGLANG_VENV)/bin/pip install -q torch==2.13.0
+	$(SGLANG_VENV)/bin/pip install -q --no-deps sglang==0.5.23
+	$(SGLANG_VENV)/bin/pip install -q numpy orjson psutil pybase64 requests packaging pillow \
+	  starlette msgspec pydantic pyzmq tqdm ipython aiohttp triton pyyaml pytest
+	touch $(SGLANG_STAMP)
+
+sglang-check: $(SGLANG_STAMP)
+	REQUIRE_SGLANG=1 $(SGLANG_VENV)/bin/python -m pytest -q -m sglang tests/test_sglang_profiles.py
 
 bench: $(STAMP)
 	$(BIN)/python -m evals.bench.micro
