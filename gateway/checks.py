@@ -207,6 +207,8 @@ DEFAULT_TEMPLATE_TOKENS: Final[tuple[str, ...]] = (
     "[/INST]",
     "<|assistant|>",
     "<|user|>",
+    "<|eom_id|>",
+    "<|python_tag|>",
 )
 
 
@@ -228,9 +230,10 @@ DEFAULT_REFUSAL_PATTERNS: Final[tuple[str, ...]] = (
     # but not "I can't help but notice".
     rf"\bI(?: can{_APOS}?t| cannot| can not| won{_APOS}t| will not| am unable to"
     rf"| am not able to|{_APOS}m unable to|{_APOS}m not able to) (?:help|assist|comply"
-    rf"|fulfill?)(?!\w)(?! but\b)",
-    rf"\bI{_APOS}m sorry,? but I (?:can{_APOS}?t|cannot|won{_APOS}t|am unable|am not able)\b",
-    r"\bAs an AI language model\b",
+    rf"|fulfill?|provide|create|generate|write|do that)(?!\w)(?! but\b)",
+    rf"\b(?:I{_APOS}m sorry|Sorry),? (?:but )?I (?:can{_APOS}?t|cannot|won{_APOS}t|am unable"
+    rf"|am not able)\b",
+    # not "As an AI language model, ...": a disclaimer that usually precedes a real answer
 )
 
 

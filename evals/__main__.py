@@ -1,0 +1,38 @@
+"""``python -m evals <command> [args]``: the evaluation and benchmark entry point.
+
+    python -m evals bench [--duration 3 --repeats 3 --targets direct,relay,gateway ...]
+    python -m evals micro [--repeat 7 ...]
+
+Each command is a module with ``main(argv) -> int``; add one by adding a line to COMMANDS
+.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "bench": ("evals.bench.proxy", "proxy overhead: direct vs. relay vs. gateway"),
+    "micro": ("evals.bench.micro", "in-process classify+route and checks, us per op"),
+    "speed": ("evals.speed", "TTFT/TPOT/tok/s/P99 of endpoints side by side, concurrency sweep"),
+    "checks": ("evals.checks_eval", "precision/recall/cost of each quality check, labelled set"),
+    "quality": ("evals.quality", "both tiers on the shipped eval set: task metrics, alignment"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] not in COMMANDS:
+        width = max(map(len, COMMANDS))
+        lines = [f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items()]
+        print("usage: python -m evals <command> [args]\n\ncommands:\n" + "\n".join(lines),
+              file=sys.stderr if args and args[0] not in ("-h", "--help") else sys.stdout)
+        return 0 if args and args[0] in ("-h", "--help") else 2
+    module = importlib.import_module(COMMANDS[args[0]][0])
+    rc: int = module.main(args[1:])
+    return rc
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
