@@ -209,7 +209,9 @@ class Pool:
         return self.tier.model
 
     def available(self, now: float) -> bool:
-        return self.circuit.available(now) and any(r.up for r in self.replicas)
+        if not self.circuit.available(now):
+            return False
+        return any(r.up for r in self.replicas)
 
     def choose(self, affinity: int) -> Replica:
         reps = self.replicas
