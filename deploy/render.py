@@ -311,7 +311,9 @@ def gateway_rules(rules_text: str) -> str:
     """The repository's rules with each tier pointed at its in-cluster SGLang Service.
 
     Each tier's ``endpoints`` becomes ``[http://sglang-<tier>:30000]`` and its ``model``
-    the ``served_model_name`` of its profile; everything else, comments included, is kept.
+    the ``served_model_name`` of its profile; ``request_defaults`` (the local engine's
+    sampling crutches) are emptied and ``continuation`` is SGLang's
+    ``continue_final_message``; everything else, comments included, is kept.
     The result is checked against the original (parsed) and validated like ``serve`` does.
     """
     original = yaml.safe_load(rules_text)
@@ -319,11 +321,22 @@ def gateway_rules(rules_text: str) -> str:
     for tier in original["tiers"]:
         model = load_profile(tier).model.served_model_name.value
         values[tier] = {"model": model, "endpoints": f"[{sglang_url(tier)}]"}
+        if original["tiers"][tier].get("continuation", "continue_final_message") != (
+            "continue_final_message"
+        ):
+            values[tier]["continuation"] = "continue_final_message"  # SGLang's own flag
+        if original["tiers"][tier].get("request_defaults"):
+            # the local engine's anti-loop sampling defaults are not for real SGLang models
+            values[tier]["request_defaults"] = "{}"
     rewritten = _rewrite_tier_fields(rules_text, values)
     expected = yaml.safe_load(rules_text)
     for tier, fields in values.items():
         expected["tiers"][tier]["model"] = fields["model"]
         expected["tiers"][tier]["endpoints"] = [sglang_url(tier)]
+        if "request_defaults" in fields:
+            expected["tiers"][tier]["request_defaults"] = {}
+        if "continuation" in fields:
+            expected["tiers"][tier]["continuation"] = "continue_final_message"
     if yaml.safe_load(rewritten) != expected:
         raise ValueError(
             f"{RULES_FILE}: cannot rewrite tiers.<tier>.model/endpoints in place; keep them "

@@ -19,8 +19,9 @@ from typing import Any
 import orjson
 
 from gateway.errors import GatewayError
+from gateway.local import LocalEngines, installed, plan
 from gateway.rules import Rules, RulesError, load_rules
-from gateway.settings import load_settings
+from gateway.settings import REPO_RULES, Settings, load_settings
 from gateway.tenants import OPEN, Effective
 
 
@@ -38,6 +39,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from aiohttp import web
 
     from gateway.app import create_app
+    from gateway.local import self_check_hook
 
     try:
         settings = load_settings(rules=args.rules, host=args.host, port=args.port)
@@ -52,18 +54,61 @@ def cmd_serve(args: argparse.Namespace) -> int:
     app = create_app(settings, rules, path, path.read_text(encoding="utf-8"))
     tiers = ", ".join(f"{n} -> {','.join(t.endpoints)}" for n, t in rules.tiers.items())
     print(f"gateway: rules {path}; tiers: {tiers}", flush=True)
-    loop = _new_loop()
-    web.run_app(
-        app,
-        host=settings.host,
-        port=settings.port,
-        access_log=None,
-        print=lambda s: print(s, flush=True),
-        loop=loop,
-        backlog=4096,
-        handler_cancellation=True,
-    )
+    engines = _local_engines(settings, rules)
+    if engines is not None:
+        app.on_startup.append(
+            self_check_hook(settings.host, settings.port, lambda s: print(s, flush=True))
+        )
+    try:
+        web.run_app(
+            app,
+            host=settings.host,
+            port=settings.port,
+            access_log=None,
+            print=lambda s: print(s, flush=True),
+            loop=_new_loop(),
+            backlog=4096,
+            handler_cancellation=True,
+        )
+    finally:
+        if engines is not None:
+            engines.stop()
     return 0
+
+
+def _local_engines(settings: Settings, rules: Rules) -> LocalEngines | None:
+    """Start the local CPU engines when the tiers point at local ports nobody answers."""
+    if settings.local_engines == "off":
+        return None
+    # "auto": only behind the embedded defaults (the repository's rules, tiers not
+    # overridden); "on": whatever the rules say, as long as the ports are local
+    default = settings.rules_path().resolve() == REPO_RULES
+    if settings.local_engines == "auto" and not default:
+        return None
+    wanted = [(t, p) for t, p in plan(rules) if t not in settings.pool_urls]
+    if not wanted:
+        return None
+    problem = installed()
+    if problem is not None:
+        msg = (
+            f"gateway: no engine answers on {', '.join(f':{p}' for _, p in wanted)} and "
+            f"the local engine is not installed: {problem}"
+        )
+        if settings.local_engines == "on":
+            raise SystemExit(f"error: {msg}")
+        print(
+            msg + "\n  (make install-local, or point the tiers at your engines with "
+            "GATEWAY_POOL_<TIER>_URLS)",
+            flush=True,
+        )
+        return None
+    engines = LocalEngines(Path(".cache/local-engines"))
+    try:
+        engines.start(wanted)
+    except Exception:
+        engines.stop()
+        raise
+    return engines
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:

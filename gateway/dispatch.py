@@ -130,20 +130,26 @@ def continuation_body(
 ) -> bytes | None:
     """The request that asks ``pool`` to continue the assistant text ``prefix``.
 
-    Chat: the prefix becomes a trailing assistant message; with ``continue_final_message``
-    (SGLang's and vLLM's flag) the engine renders it unclosed and continues it, with
-    ``prefill`` the engine does so by itself (llama.cpp's server). Text completions: the
-    prefix is appended to the prompt. Usage is always requested, to add both tiers up.
+    Chat: the prefix becomes a trailing assistant message, rendered unclosed by the
+    engine's chat template so that the model continues it: ``continue_final_message``
+    sends SGLang's flag; ``continue_final_message_no_gen`` adds
+    ``add_generation_prompt: false``, which vLLM and llama.cpp's server require with it;
+    ``prefill`` sends the message alone (llama.cpp's server continues a trailing
+    assistant message by itself). Some engines answer with the prefix repeated in front
+    (llama.cpp does); the relay strips it. Text completions: the prefix is appended to
+    the prompt. Usage is always requested, to add both tiers up.
     """
-    style = pool.tier.stream.continuation
+    style = pool.tier.continuation
     if style == "off":
         return None
-    body = dict(req.body)
+    body = {**pool.tier.request_defaults, **req.body}
     body["model"] = pool.model
     if req.kind == "chat":
         body["messages"] = [*req.body["messages"], {"role": "assistant", "content": prefix}]
-        if style == "continue_final_message":
+        if style.startswith("continue_final_message"):
             body["continue_final_message"] = True
+        if style == "continue_final_message_no_gen":
+            body["add_generation_prompt"] = False
     else:
         prompt = body.get("prompt")
         if not isinstance(prompt, str):
@@ -195,7 +201,7 @@ class Dispatcher:
         async def attempt(tier: str) -> bytes:
             pool = self._pools[tier]
             remaining = deadline_at - time.monotonic()
-            body = self._body(req, pool.model)
+            body = self._body(req, pool)
             rep = pool.choose(affinity)
             rep.in_flight += 1
             t0 = time.perf_counter()
@@ -234,7 +240,7 @@ class Dispatcher:
 
         async def attempt(tier: str) -> StreamStart:
             pool = self._pools[tier]
-            body = self._body(req, pool.model)
+            body = self._body(req, pool)
             hold = pool.tier.stream.hold_back_tokens if d.hold_back else 0
             return await self._open(
                 req, d, pool, body, affinity, deadline_at, checks, hold, upstream
@@ -282,7 +288,7 @@ class Dispatcher:
         if req.body.get("n", 1) not in (1, None):
             return False
         later = d.tiers[d.tiers.index(after) + 1 :]
-        return any(self._pools[t].tier.stream.continuation != "off" for t in later)
+        return any(self._pools[t].tier.continuation != "off" for t in later)
 
     async def _open(
         self,
@@ -404,8 +410,11 @@ class Dispatcher:
 
     # -- internals -----------------------------------------------------------------------
     @staticmethod
-    def _body(req: ClientRequest, model: str) -> bytes:
-        req.body["model"] = model
+    def _body(req: ClientRequest, pool: Pool) -> bytes:
+        req.body["model"] = pool.model
+        defaults = pool.tier.request_defaults
+        if defaults:  # the tier's own generation settings, where the client set none
+            return orjson.dumps({**defaults, **req.body})
         return orjson.dumps(req.body)
 
     async def _timed(

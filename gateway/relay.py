@@ -71,6 +71,8 @@ class StreamRelay:
         self._active: StreamStart | None = None  # the upstream stream being relayed
         self._merged: dict[str, Any] | None = None
         self._cont: StreamState | None = None  # the continuation's state, if there was one
+        self._echo: str | None = None  # the prefix, while a continuation may still repeat it
+        self._held = ""  # continuation text that matched the prefix so far
 
     async def run(self, resp: web.StreamResponse) -> None:
         assert self.out.stream is not None
@@ -225,6 +227,7 @@ class StreamRelay:
         nxt = cont.stream
         self._active = nxt
         self._cont = nxt.state
+        self._echo = prefix or None
         self._first_tokens = self.sent_tokens
         self._first_usage = state.usage
         head = self._rewrite_bytes(nxt.head, first, nxt.state)
@@ -256,6 +259,8 @@ class StreamRelay:
             obj: dict[str, Any] = orjson.loads(p)
             obj["id"], obj["model"], obj["created"] = first.id, first.model, first.created
             choices = obj.get("choices") or []
+            if self._echo is not None and choices:
+                self._strip_echo(choices[0])
             if choices and all(_role_only(c) for c in choices):
                 continue
             if obj.get("usage") and not choices:
@@ -264,6 +269,30 @@ class StreamRelay:
                 obj["usage"] = self._merged_usage(obj["usage"])
             out.append(b"data: " + orjson.dumps(obj) + b"\n\n")
         return b"".join(out)
+
+    def _strip_echo(self, choice: Any) -> None:
+        """Drop the prefix when the engine repeats it in front of its continuation.
+
+        llama.cpp's server does; SGLang and vLLM don't. Text that merely *starts* like the
+        prefix is held back, not lost: at the first mismatch it is given back.
+        """
+        if not isinstance(choice, dict):
+            return
+        holder = choice.get("delta") if self.req.kind == "chat" else choice
+        key = "content" if self.req.kind == "chat" else "text"
+        if not isinstance(holder, dict) or not isinstance(holder.get(key), str):
+            return
+        echo, text = self._echo or "", self._held + holder[key]
+        if echo.startswith(text):  # all of it may still be the echo: hold it
+            self._held, holder[key] = text, ""
+            if len(text) == len(echo):
+                self._echo, self._held = None, ""
+        elif text.startswith(echo):  # the echo ends in this chunk
+            holder[key] = text[len(echo) :]
+            self._echo, self._held = None, ""
+        else:  # no echo after all: give back what was held
+            holder[key] = text
+            self._echo, self._held = None, ""
 
     def _client_wants_usage(self) -> bool:
         so = self.req.body.get("stream_options")

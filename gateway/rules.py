@@ -53,10 +53,9 @@ class StreamSettings(_Strict):
     )
     check_every_chars: int = Field(default=256, ge=16, description="live checks cadence")
     check_window_chars: int = Field(default=4096, ge=256, description="tail the checks look at")
-    continuation: Literal["continue_final_message", "prefill", "off"] = Field(
-        default="continue_final_message",
-        description="how this tier continues an assistant text another tier began",
-    )
+
+
+Continuation = Literal["continue_final_message", "continue_final_message_no_gen", "prefill", "off"]
 
 
 class Tier(_Strict):
@@ -66,6 +65,14 @@ class Tier(_Strict):
     circuit: Circuit = Circuit()
     health: Health = Health()
     stream: StreamSettings = StreamSettings()
+    continuation: Continuation = Field(
+        default="continue_final_message",
+        description="how this tier's engine continues an assistant text another tier began",
+    )
+    request_defaults: dict[str, Any] = Field(
+        default_factory=dict,
+        description="request fields this tier sets when the client did not (e.g. sampling)",
+    )
     max_connections: int = Field(default=1000, ge=1, description="per replica")
 
     @model_validator(mode="after")

@@ -10,12 +10,13 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 _POOL_ENV = re.compile(r"^GATEWAY_POOL_([A-Z0-9_]+)_URLS$")
-_REPO_RULES = Path(__file__).resolve().parent.parent / "routing_rules.yaml"
+REPO_RULES = Path(__file__).resolve().parent.parent / "routing_rules.yaml"
 
 
 class Settings(BaseSettings):
@@ -37,6 +38,10 @@ class Settings(BaseSettings):
     )
     log_level: str = Field(default="info", pattern=r"^(debug|info|warning|error)$")
     access_log: bool = True
+    local_engines: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description="start the local CPU engines for tiers on 127.0.0.1 ports nobody answers",
+    )
     rules_watch_interval: float = Field(default=1.0, ge=0, description="0: don't watch the file")
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024, le=512 * 1024 * 1024)
     # tier/pool name (lower case) -> base URLs; filled from GATEWAY_POOL_<NAME>_URLS
@@ -76,7 +81,7 @@ class Settings(BaseSettings):
         if self.rules is not None:
             return self.rules
         local = Path("routing_rules.yaml")
-        return local if local.is_file() else _REPO_RULES
+        return local if local.is_file() else REPO_RULES
 
 
 def pool_urls_from_env(environ: Mapping[str, str]) -> dict[str, tuple[str, ...]]:

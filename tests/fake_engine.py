@@ -18,7 +18,8 @@ error event). Without directives the answer is "Echo (<name>): <last user text>"
 
 Continuation: when the last message is the assistant's (prefill, with or without
 ``continue_final_message``), the answer is the rest of ``text`` after that prefix
-(or " [continued]" when ``text`` does not start with it).
+(or " [continued]" when ``text`` does not start with it); with ``echo_prefix`` the
+prefix is repeated in front of it, as llama.cpp's server does.
 
 ``GET /_requests`` lists the bodies received (newest last), ``POST /_reset`` clears
 them, ``GET /_cancelled`` counts streams whose client went away before the end.
@@ -82,6 +83,8 @@ class Engine:
         if msgs and msgs[-1].get("role") == "assistant":
             prefix = msgs[-1].get("content") or ""
             text = text[len(prefix) :] if text.startswith(prefix) else " [continued]"
+            if "echo_prefix" in d:  # like llama.cpp's server: the prefix comes back first
+                text = prefix + text
         finish = "stop"
         calls: list[Any] = []
         if "loop" in d:

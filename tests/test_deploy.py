@@ -131,9 +131,16 @@ def test_configmap_rules_validate_and_point_at_the_engines() -> None:
         t = rules.tiers[tier]
         assert t.endpoints == (f"http://sglang-{tier}:{rd.SGLANG_PORT}",)
         assert t.model == load_profile(tier).model.served_model_name.value
-        same = {"endpoints": t.endpoints, "model": t.model}
+        assert t.request_defaults == {}  # the local engine's sampling crutch stays local
+        assert t.continuation == "continue_final_message"  # how SGLang continues a text
+        same = {
+            "endpoints": t.endpoints,
+            "model": t.model,
+            "request_defaults": {},
+            "continuation": "continue_final_message",
+        }
         assert t == repo.tiers[tier].model_copy(update=same)
-    # everything but the tiers' model and endpoints is the repository's
+    # everything but the tiers' model, endpoints and request defaults is the repository's
     assert rules.model_copy(update={"tiers": {}}) == repo.model_copy(update={"tiers": {}})
 
 

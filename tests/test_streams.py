@@ -146,7 +146,7 @@ def test_live_failure_is_continued_exactly(
     assert comments[-1].startswith(": x-gateway-fallback " + reason)
     assert comments[-1].endswith("-> standard")
     cont = engine_requests(engines["standard"])[-1]
-    assert cont["continue_final_message"] is True
+    assert "continue_final_message" not in cont  # the repository's tiers: `prefill`
     assert cont["messages"][-1] == {
         "role": "assistant",
         "content": " ".join(ANSWER.split()[:25]) + " ",
@@ -248,3 +248,60 @@ def test_openai_sdk_sees_the_error_event(client: Any) -> None:
     )
     with pytest.raises(openai.APIError, match="The stream broke off"), stream as r:
         list(r.parse())
+
+
+@pytest.mark.parametrize(
+    ("style", "flags"),
+    [
+        ("continue_final_message", {"continue_final_message": True}),
+        (
+            "continue_final_message_no_gen",
+            {"continue_final_message": True, "add_generation_prompt": False},
+        ),
+        ("prefill", {}),
+    ],
+)
+@pytest.mark.parametrize("echo", [False, True], ids=["no-echo", "echo"])
+def test_continuation_styles_and_echoed_prefix(
+    engines: dict[str, str],
+    tmp_path_factory: pytest.TempPathFactory,
+    style: str,
+    flags: dict[str, Any],
+    echo: bool,
+) -> None:
+    from tests.conftest import rules_for_tests, start_gateway
+
+    rules = rules_for_tests()
+    rules["tiers"]["standard"]["continuation"] = style
+    proc, url = start_gateway(tmp_path_factory.mktemp("gw"), rules, engines)
+    try:
+        reset(engines)
+        extra = "; echo_prefix" if echo else ""
+        _, events, _ = sse(
+            url,
+            f"q [[*: text={ANSWER}; per=1; gap=0.01]] "
+            f"[[highspeed: cut_after=25]] [[standard: x=1{extra}]]",
+        )
+        assert content(events) == ANSWER  # an echoed prefix is stripped, not repeated
+        cont = engine_requests(engines["standard"])[-1]
+        sent = {
+            k: cont[k] for k in ("continue_final_message", "add_generation_prompt") if k in cont
+        }
+        assert sent == flags
+    finally:
+        proc.stop()
+
+
+def test_text_that_only_starts_like_the_prefix_is_not_lost(
+    gateway: str, engines: dict[str, str]
+) -> None:
+    # past the hold-back window, the stream breaks after w0..w24; the continuation starts
+    # "w0 w1 other": "w0 w1 " is held as a possible echo of the prefix, then given back
+    words = [f"w{i}" for i in range(25)] + ["w0", "w1", "other", "words", "here"]
+    text = " ".join(words)
+    reset(engines)
+    _, events, comments = sse(
+        gateway, f"q [[*: text={text}; per=1; gap=0.01]] [[highspeed: cut_after=25]]"
+    )
+    assert comments[-1].startswith(": x-gateway-fallback highspeed:stream_cut")
+    assert content(events) == text
