@@ -1,0 +1,213 @@
+"""Micro-benchmark of the gateway's own per-request work, in process (no sockets).
+
+    python -m evals.bench.micro [--rules routing_rules.yaml] [--repeat 7] [--cpu 0] [--strict]
+
+Times, on prebuilt objects, for a few typical request shapes (short chat, tools, JSON
+mode, code, a 20 KB summarization prompt):
+
+* ``classify+route``: ``Classifier(rules).classify(req, headers)`` then
+  ``Router(rules).decide(cls, {})`` (target < 50 us per request);
+* ``parse`` (for information): ``parse_chat(body_bytes)``, which runs before them;
+
+and the default rule's quality checks (``rules.default.checks``, via ``run_checks``) on a
+1,000-token (~4,500 characters) prose answer (target < 200 us), each check on its own too,
+plus two informational answers (Markdown with HTML in a code block; a degenerate loop).
+
+Each figure is the median (and min) over ``--repeat`` timeit repeats of an auto-sized
+loop, in microseconds per operation. ``--strict`` exits 1 when a target is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import timeit
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from multidict import CIMultiDict, CIMultiDictProxy
+
+from evals.bench.common import chat_body
+from gateway.checks import Output, RequestFacts, build_checks, run_checks
+from gateway.classify import Classifier
+from gateway.request import parse_chat
+from gateway.router import Router
+from gateway.rules import load_rules
+
+ROOT = Path(__file__).resolve().parents[2]
+CLASSIFY_ROUTE_TARGET_US = 50.0
+CHECKS_TARGET_US = 200.0
+ANSWER_CHARS = 4_500  # ~1,000 tokens of English prose
+SUMMARY_PROMPT_CHARS = 20_000
+
+# Plain prose words: none is a code keyword, reasoning cue or template token of the rules.
+_WORD_LIST = (
+    "river valley village farmers harvest season water mountain morning evening market "
+    "people travel long quiet green old new bridge stone road town council decided build "
+    "small large school children learned about history region many families moved north "
+    "south after storm winter summer spring autumn trade grew slowly over years local museum "
+    "records show early settlers planted wheat barley orchards apples pears mill wheel turned "
+    "near forest path walked visitors often describe light clear air bright fields of grain "
+    "between hills where sheep graze under wide skies and rain falls softly on roofs while "
+    "bakers open their shops before dawn to sell warm bread with honey from nearby farms"
+)
+_WORDS = tuple(_WORD_LIST.split())
+_HEADERS = {
+    "Host": "127.0.0.1:8080", "User-Agent": "OpenAI/Python 1.54.0", "Accept": "application/json",
+    "Content-Type": "application/json", "Authorization": "Bearer sk-bench",
+    "Content-Length": "512", "X-Stainless-Lang": "python", "X-Stainless-Runtime": "CPython",
+    "X-Stainless-Retry-Count": "0", "Connection": "keep-alive",
+}
+
+
+def prose(n_chars: int, seed: int) -> str:
+    """Deterministic, non-repeating English-like paragraphs of at least ``n_chars``."""
+    rng = random.Random(seed)
+    paragraphs: list[str] = []
+    size = 0
+    while size < n_chars:
+        sentences = []
+        for _ in range(rng.randint(4, 7)):
+            words = rng.choices(_WORDS, k=rng.randint(8, 18))
+            sentences.append(" ".join(words).capitalize() + ".")
+        paragraphs.append(" ".join(sentences))
+        size += len(paragraphs[-1]) + 2
+    return "\n\n".join(paragraphs)[:n_chars].rsplit(".", 1)[0] + "."
+
+
+def markdown_answer(n_chars: int) -> str:
+    """Prose with a list and an HTML code block: '<' and '[' make template_leak look twice."""
+    body = prose(n_chars - 400, seed=3)
+    code = ('```html\n<div class="card">\n  <a href="/docs">[docs]</a>\n</div>\n```\n\n'
+            "- first point about the river\n- second point about the [market](/m)\n\n")
+    half = len(body) // 2
+    return body[:half] + "\n\n" + code + body[half:]
+
+
+def _body(messages: list[dict[str, str]], **extra: Any) -> bytes:
+    return json.dumps({"model": "auto", "messages": messages, **extra}).encode()
+
+
+def request_shapes() -> list[tuple[str, bytes, str]]:
+    """(name, request body, task the classifier must find)."""
+    system = {"role": "system", "content": "You are a helpful assistant."}
+    weather_tool = {"type": "function", "function": {
+        "name": "get_weather", "description": "Current weather for a city",
+        "parameters": {"type": "object", "required": ["city"], "properties": {
+            "city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}}}}}
+    person = {"type": "json_schema", "json_schema": {"name": "person", "schema": {
+        "type": "object", "required": ["name", "age"],
+        "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}}}}
+    code = ("Why does this raise a TypeError?\n```python\ndef add(a, b):\n    return a + b\n\n"
+            "print(add(1))\n```")
+    summary = prose(SUMMARY_PROMPT_CHARS, seed=2) + (
+        "\n\nSummarize the text above in five key points.")
+    return [
+        ("short chat", chat_body(False), "chat"),
+        ("tools", _body([system, {"role": "user", "content": "What's the weather in Oslo?"}],
+                        tools=[weather_tool]), "agent"),
+        ("JSON mode (schema)", _body([{"role": "user", "content": "Extract: Ada, 36 years."}],
+                                     response_format=person), "extraction"),
+        ("code", _body([system, {"role": "user", "content": code}]), "code"),
+        ("20 KB summarization", _body([system, {"role": "user", "content": summary}]),
+         "summarization"),
+    ]
+
+
+@dataclass(frozen=True)
+class Timing:
+    name: str
+    median_us: float
+    min_us: float
+    target_us: float | None = None
+
+    @property
+    def ok(self) -> bool | None:
+        return None if self.target_us is None else self.median_us < self.target_us
+
+
+def time_us(name: str, fn: Callable[[], object], repeat: int, target_us: float | None = None
+            ) -> Timing:
+    timer = timeit.Timer(fn)
+    number, _ = timer.autorange()  # loops that take >= 0.2 s
+    per_op = [t / number * 1e6 for t in timer.repeat(repeat, number)]
+    return Timing(name, statistics.median(per_op), min(per_op), target_us)
+
+
+def run(rules_path: Path, repeat: int) -> list[Timing]:
+    rules = load_rules(rules_path)
+    classifier, router = Classifier(rules), Router(rules)
+    headers = CIMultiDictProxy(CIMultiDict(_HEADERS))  # what aiohttp hands the gateway
+    out: list[Timing] = []
+    for name, raw, task in request_shapes():
+        req = parse_chat(raw)
+        decision = router.decide(classifier.classify(req, headers), {})
+        if decision.cls.task != task:
+            raise SystemExit(f"{name}: classified as {decision.cls.task}, expected {task}: "
+                             "the shape no longer measures what it should")
+        label = f"{name} [{task} -> {decision.rule}, {len(raw):,} B]"
+        out.append(time_us(f"classify+route: {label}",
+                           lambda r=req: router.decide(classifier.classify(r, headers), {}),
+                           repeat, CLASSIFY_ROUTE_TARGET_US))
+        out.append(time_us(f"parse (info): {label}", lambda b=raw: parse_chat(b), repeat))
+
+    registry = build_checks(rules.checks)
+    checks = [registry[n] for n in rules.default.checks]
+    facts = RequestFacts(max_tokens_set=False, json_mode=False, json_schema=None, tools={})
+    answers = [("prose", prose(ANSWER_CHARS, seed=1), True),
+               ("markdown+html (info)", markdown_answer(ANSWER_CHARS), True),
+               ("looping (info)", ("I will repeat this sentence again. " * 130)[:ANSWER_CHARS],
+                False)]
+    names = "+".join(rules.default.checks)
+    for label, text, should_pass in answers:
+        answer = Output(text=text, finish_reason="stop", tool_calls=[])
+        if (run_checks(checks, answer, facts) is None) != should_pass:
+            raise SystemExit(f"checks on the {label} answer did not "
+                             f"{'pass' if should_pass else 'fail'} as they should")
+        target = CHECKS_TARGET_US if label == "prose" else None
+        out.append(time_us(f"checks {names}: {label} answer, {len(text):,} chars",
+                           lambda a=answer: run_checks(checks, a, facts), repeat, target))
+        if label == "prose":
+            out += [time_us(f"  one check (info): {c.name}",
+                            lambda c=c, a=answer: c.run(a, facts), repeat) for c in checks]
+    return out
+
+
+def render(timings: list[Timing]) -> str:
+    lines = ["| operation | us/op median (min) | target | verdict |", "|---|---|---|---|"]
+    for t in timings:
+        target = "" if t.target_us is None else f"< {t.target_us:g} us"
+        verdict = {True: "MET", False: "MISSED", None: ""}[t.ok]
+        lines.append(f"| {t.name} | {t.median_us:.2f} ({t.min_us:.2f}) | {target} | {verdict} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m evals.bench.micro",
+                                 description=__doc__.split("\n")[0])
+    ap.add_argument("--rules", type=Path, default=ROOT / "routing_rules.yaml")
+    ap.add_argument("--repeat", type=int, default=7, help="timeit repeats per figure")
+    ap.add_argument("--cpu", type=int, default=None, help="pin this process to one CPU")
+    ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    a = ap.parse_args(argv)
+    if a.cpu is not None:
+        os.sched_setaffinity(0, {a.cpu})
+    timings = run(a.rules, a.repeat)
+    if a.json:
+        print(json.dumps([{**t.__dict__, "ok": t.ok} for t in timings], indent=1))
+    else:
+        print(f"python {sys.version.split()[0]}; rules {a.rules}; median (min) of {a.repeat} "
+              "timeit repeats\n")
+        print(render(timings))
+    return 1 if a.strict and any(t.ok is False for t in timings) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
