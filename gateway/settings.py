@@ -37,7 +37,9 @@ class Settings(BaseSettings):
         default=None, description="OTLP/HTTP collector, e.g. http://otel:4318; unset: no traces"
     )
     log_level: str = Field(default="info", pattern=r"^(debug|info|warning|error)$")
-    access_log: bool = True
+    access_log: bool = Field(
+        default=False, description="a JSON line per request (failures are always logged)"
+    )
     local_engines: Literal["auto", "on", "off"] = Field(
         default="auto",
         description="start the local CPU engines for tiers on 127.0.0.1 ports nobody answers",

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -105,9 +106,10 @@ TPOT_BUCKETS = (
 OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.002, 0.005, 0.01, 0.025, 0.1)
 SIMILARITY_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)  # F1
 MAX_TENANT_LABELS = 100  # beyond this, tenants are counted as "other" (bounded cardinality)
-_SLICE = 200  # records flushed between two yields to the event loop
+_SLICE_S = 0.001  # the flusher yields to the event loop at least this often
 
 access_log = logging.getLogger("gateway.access")
+_Sums = dict[tuple[Any, tuple[tuple[str, str], ...]], int]
 
 
 @dataclass(slots=True)
@@ -197,10 +199,14 @@ class Telemetry:
         while True:
             await asyncio.sleep(self._interval)
             batch, self._pending = self._pending, []
-            # in slices, so a big batch never holds the event loop for long
-            for i in range(0, len(batch), _SLICE):
-                self._flush(batch[i : i + _SLICE])
-                await asyncio.sleep(0)
+            sums: _Sums = {}
+            until = time.perf_counter() + _SLICE_S
+            for rec in batch:
+                self._one(rec, sums)
+                if time.perf_counter() > until:  # never hold the event loop for long
+                    await asyncio.sleep(0)
+                    until = time.perf_counter() + _SLICE_S
+            self._add(sums)
 
     # -- the hot path: O(1), no OTel calls -------------------------------------------------------
     def record(self, rec: RequestRecord) -> None:
@@ -209,17 +215,22 @@ class Telemetry:
     # -- off the hot path -------------------------------------------------------------------------
     def flush(self) -> None:
         batch, self._pending = self._pending, []
-        self._flush(batch)
-
-    def _flush(self, batch: list[RequestRecord]) -> None:
-        # Counters are summed per label set first: one OTel call per label set per batch,
-        # not per request (each OTel call costs ~5-8 us). Histograms need every value.
-        sums: dict[tuple[Any, tuple[tuple[str, str], ...]], int] = {}
-        log = access_log.isEnabledFor(logging.INFO)
+        sums: _Sums = {}
         for rec in batch:
-            self._record(rec, sums)
-            if log:
-                access_log.info("request", extra={"fields": _access_fields(rec)})
+            self._one(rec, sums)
+        self._add(sums)
+
+    def _one(self, rec: RequestRecord, sums: _Sums) -> None:
+        self._record(rec, sums)
+        if access_log.isEnabledFor(logging.INFO):
+            access_log.info("request", extra={"fields": _access_fields(rec)})
+        elif rec.failures or rec.status >= 500 or rec.error_code:
+            access_log.warning("request", extra={"fields": _access_fields(rec)})
+
+    @staticmethod
+    def _add(sums: _Sums) -> None:
+        # Counters were summed per label set over the batch: one OTel call per label set,
+        # not per request (each OTel call costs ~5-8 us). Histograms need every value.
         for (counter, attrs), n in sums.items():
             counter.add(n, dict(attrs))
 

@@ -137,6 +137,7 @@ def test_access_log_is_json_with_request_id_and_no_prompt(
 
     rules.write_text(yaml.safe_dump(rules_for_tests()))
     env = {f"GATEWAY_POOL_{k.upper()}_URLS": v for k, v in engines.items()}
+    env["GATEWAY_ACCESS_LOG"] = "true"
     proc = Proc(
         [sys.executable, "-m", "gateway.cli", "serve", "--rules", str(rules), "--port", str(port)],
         f"http://127.0.0.1:{port}/healthz",
@@ -158,5 +159,27 @@ def test_access_log_is_json_with_request_id_and_no_prompt(
         assert re.fullmatch(r"req_[0-9a-f]{24}", rec["request_id"])
         assert rec["status"] == 200 and rec["tier"] == "highspeed" and rec["task"] == "chat"
         assert "SECRET-PROMPT-TEXT" not in proc.log()
+    finally:
+        proc.stop()
+
+
+def test_failures_are_logged_even_without_the_access_log(
+    engines: dict[str, str], tmp_path: Path
+) -> None:
+    proc, base = start_gateway(tmp_path, rules_for_tests(), engines)
+    try:
+        _post(base, "fine")
+        _post(base, "bad [[highspeed: status=500]]")
+        deadline = time.monotonic() + 3
+        lines: list[dict[str, Any]] = []
+        while time.monotonic() < deadline and not lines:
+            lines = [
+                json.loads(x)
+                for x in proc.log().splitlines()
+                if x.startswith("{") and '"logger":"gateway.access"' in x
+            ]
+            time.sleep(0.1)
+        assert len(lines) == 1 and lines[0]["level"] == "warning"
+        assert lines[0]["fallbacks"] == ["highspeed:http_500"]
     finally:
         proc.stop()
