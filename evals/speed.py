@@ -179,7 +179,7 @@ def _has_content(event: Body) -> bool:
 def feed_line(state: StreamState, line: bytes, now: float) -> None:
     """Update ``state`` with one line of an SSE body."""
     if line.startswith(FALLBACK_COMMENT):
-        state.fallback = line[len(FALLBACK_COMMENT):].decode(errors="replace").strip()
+        state.fallback = line[len(FALLBACK_COMMENT) :].decode(errors="replace").strip()
         return
     if not line.startswith(b"data:"):
         return
@@ -229,17 +229,36 @@ def _verdict(st: StreamState) -> str | None:
     return None if st.first is not None else "no_content"
 
 
-async def send(session: aiohttp.ClientSession, target: Target, body: Body, headers: dict[str, str],
-               cell: str, origin: float) -> Sample:
+async def _post(
+    session: aiohttp.ClientSession, url: str, data: bytes, headers: dict[str, str]
+) -> aiohttp.ClientResponse:
+    """POST; once more on a fresh connection when a pooled keep-alive one was closed by the
+    server (llama.cpp's closes it after every stream, whatever its Keep-Alive header says)."""
+    try:
+        return await session.post(url, data=data, headers=headers)
+    except aiohttp.ClientConnectorError:
+        raise
+    except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+        return await session.post(url, data=data, headers=headers)
+
+
+async def send(
+    session: aiohttp.ClientSession,
+    target: Target,
+    body: Body,
+    headers: dict[str, str],
+    cell: str,
+    origin: float,
+) -> Sample:
     """Stream one request and measure it; never raises for a failed request."""
     t0 = time.perf_counter()
     s = Sample(target.name, cell, start=t0 - origin)
     try:
-        async with session.post(target.url(body), data=orjson.dumps(body),
-                                headers=headers) as resp:
+        async with await _post(session, target.url(body), orjson.dumps(body), headers) as resp:
             s.status = resp.status
-            s.headers = {k.lower(): v for k, v in resp.headers.items()
-                         if k.lower().startswith(KEPT_HEADERS)}
+            s.headers = {
+                k.lower(): v for k, v in resp.headers.items() if k.lower().startswith(KEPT_HEADERS)
+            }
             if resp.status != 200:
                 await resp.read()
                 s.error = f"http_{resp.status}"
@@ -286,8 +305,9 @@ class Runner:
         self.elapsed[key] = self.elapsed.get(key, 0.0) + elapsed
 
 
-async def closed_loop(r: Runner, target: Target, cell: str, concurrency: int,
-                      next_body: Callable[[], Body | None]) -> None:
+async def closed_loop(
+    r: Runner, target: Target, cell: str, concurrency: int, next_body: Callable[[], Body | None]
+) -> None:
     """``concurrency`` workers send back to back until ``next_body`` returns None."""
     origin = time.perf_counter()
     done: list[Sample] = []
@@ -300,8 +320,9 @@ async def closed_loop(r: Runner, target: Target, cell: str, concurrency: int,
     r.record(target, cell, done, time.perf_counter() - origin)
 
 
-async def open_loop(r: Runner, target: Target, cell: str,
-                    schedule: Sequence[tuple[float, Body]]) -> None:
+async def open_loop(
+    r: Runner, target: Target, cell: str, schedule: Sequence[tuple[float, Body]]
+) -> None:
     """Send each body at its offset from now, whether or not earlier ones finished."""
     origin = time.perf_counter()
 
@@ -313,8 +334,9 @@ async def open_loop(r: Runner, target: Target, cell: str,
     r.record(target, cell, list(done), time.perf_counter() - origin)
 
 
-def body_source(prompts: Sequence[Body], start: int, count: int | None,
-                deadline: float | None) -> tuple[Callable[[], Body | None], Callable[[], int]]:
+def body_source(
+    prompts: Sequence[Body], start: int, count: int | None, deadline: float | None
+) -> tuple[Callable[[], Body | None], Callable[[], int]]:
     """(next body or None when the slice is over, how many were handed out)."""
     handed = [0]
 
@@ -335,8 +357,9 @@ def split(total: int, parts: int) -> list[int]:
     return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
 
 
-async def sweep(r: Runner, targets: Sequence[Target], prompts: Sequence[Body],
-                a: argparse.Namespace) -> None:
+async def sweep(
+    r: Runner, targets: Sequence[Target], prompts: Sequence[Body], a: argparse.Namespace
+) -> None:
     """The closed-loop cells, each split into rounds that alternate between the targets."""
     for c in a.concurrency:
         cell = f"c={c}"
@@ -347,15 +370,17 @@ async def sweep(r: Runner, targets: Sequence[Target], prompts: Sequence[Body],
                 continue
             for target in targets:
                 r.bar.set_description(f"{cell} {target.name}")
-                deadline = None if a.duration is None else (
-                    time.perf_counter() + a.duration / a.rounds)
+                deadline = (
+                    None if a.duration is None else (time.perf_counter() + a.duration / a.rounds)
+                )
                 next_body, handed = body_source(prompts, offsets[target.name], size, deadline)
                 await closed_loop(r, target, cell, c, next_body)
                 offsets[target.name] += handed()
 
 
-async def replay(r: Runner, targets: Sequence[Target],
-                 schedule: Sequence[tuple[float, Body]]) -> None:
+async def replay(
+    r: Runner, targets: Sequence[Target], schedule: Sequence[tuple[float, Body]]
+) -> None:
     for target in targets:
         r.bar.set_description(f"replay {target.name}")
         await open_loop(r, target, "replay", schedule)
@@ -370,13 +395,24 @@ async def warm_up(r: Runner, targets: Sequence[Target], body: Body, n: int) -> N
 # --- summaries --------------------------------------------------------------------------------
 
 METRICS = (  # (key, column title, unit) in table order
-    ("ttft_p50", "TTFT p50", "ms"), ("ttft_p95", "TTFT p95", "ms"), ("ttft_p99", "TTFT p99", "ms"),
-    ("tpot_p50", "TPOT p50", "ms"), ("tpot_p95", "TPOT p95", "ms"),
-    ("latency_p50", "latency p50", "ms"), ("latency_p95", "latency p95", "ms"),
-    ("latency_p99", "latency p99", "ms"), ("tok_s", "tok/s", ""), ("req_s", "req/s", ""),
+    ("ttft_p50", "TTFT p50", "ms"),
+    ("ttft_p95", "TTFT p95", "ms"),
+    ("ttft_p99", "TTFT p99", "ms"),
+    ("tpot_p50", "TPOT p50", "ms"),
+    ("tpot_p95", "TPOT p95", "ms"),
+    ("latency_p50", "latency p50", "ms"),
+    ("latency_p95", "latency p95", "ms"),
+    ("latency_p99", "latency p99", "ms"),
+    ("tok_s", "tok/s", ""),
+    ("req_s", "req/s", ""),
 )
-SENTENCE = (("ttft_p50", "TTFT p50"), ("tpot_p50", "TPOT"), ("latency_p50", "latency p50"),
-            ("tok_s", "tok/s"), ("req_s", "req/s"))
+SENTENCE = (
+    ("ttft_p50", "TTFT p50"),
+    ("tpot_p50", "TPOT"),
+    ("latency_p50", "latency p50"),
+    ("tok_s", "tok/s"),
+    ("req_s", "req/s"),
+)
 
 
 def _ms(values: list[float], p: float) -> float | None:
@@ -399,9 +435,15 @@ def summarize(samples: list[Sample], elapsed: float) -> dict[str, Any]:
         if tier := s.headers.get("x-gateway-tier"):
             tiers[tier] = tiers.get(tier, 0) + 1
     tokens = sum(s.tokens for s in good)
-    out: dict[str, Any] = {"requests": len(samples), "ok": len(good), "errors": errors,
-                           "elapsed_s": elapsed, "output_tokens": tokens, "tiers": tiers,
-                           "fallbacks": sum("x-gateway-fallback" in s.headers for s in good)}
+    out: dict[str, Any] = {
+        "requests": len(samples),
+        "ok": len(good),
+        "errors": errors,
+        "elapsed_s": elapsed,
+        "output_tokens": tokens,
+        "tiers": tiers,
+        "fallbacks": sum("x-gateway-fallback" in s.headers for s in good),
+    }
     for p in (50, 95, 99):
         out[f"ttft_p{p}"], out[f"latency_p{p}"] = _ms(ttft, p), _ms(lat, p)
     out["tpot_p50"], out["tpot_p95"] = _ms(tpot, 50), _ms(tpot, 95)
@@ -410,12 +452,20 @@ def summarize(samples: list[Sample], elapsed: float) -> dict[str, Any]:
     return out
 
 
-def summaries(r: Runner, targets: Sequence[Target], cells: Sequence[str]
-              ) -> dict[str, dict[str, dict[str, Any]]]:
+def summaries(
+    r: Runner, targets: Sequence[Target], cells: Sequence[str]
+) -> dict[str, dict[str, dict[str, Any]]]:
     """cell -> target -> summary."""
-    return {cell: {t.name: summarize([s for s in r.samples if s.cell == cell
-                                      and s.target == t.name], r.elapsed.get((t.name, cell), 0))
-                   for t in targets} for cell in cells}
+    return {
+        cell: {
+            t.name: summarize(
+                [s for s in r.samples if s.cell == cell and s.target == t.name],
+                r.elapsed.get((t.name, cell), 0),
+            )
+            for t in targets
+        }
+        for cell in cells
+    }
 
 
 # --- report -----------------------------------------------------------------------------------
@@ -428,12 +478,19 @@ def _errors_text(errors: dict[str, int]) -> str:
 def cell_table(cell: dict[str, dict[str, Any]]) -> str:
     names = list(cell)
     rows: list[list[object]] = [
-        [name, f"{s['ok']}/{s['requests']}", *(ru.fmt_num(s[k]) for k, _, _ in METRICS),
-         _errors_text(s["errors"])] for name, s in cell.items()]
+        [
+            name,
+            f"{s['ok']}/{s['requests']}",
+            *(ru.fmt_num(s[k]) for k, _, _ in METRICS),
+            _errors_text(s["errors"]),
+        ]
+        for name, s in cell.items()
+    ]
     if len(names) >= 2:
         a, b = cell[names[0]], cell[names[1]]
-        rows.append([f"{names[0]}/{names[1]}", "", *(ru.fmt_ratio(a[k], b[k])
-                                                     for k, _, _ in METRICS), ""])
+        rows.append(
+            [f"{names[0]}/{names[1]}", "", *(ru.fmt_ratio(a[k], b[k]) for k, _, _ in METRICS), ""]
+        )
     headers = ["target", "ok/n", *(f"{t} ({u})" if u else t for _, t, u in METRICS), "errors"]
     return ru.md_table(headers, rows, "lr" + "r" * len(METRICS) + "l")
 
@@ -459,23 +516,24 @@ def tiers_sentence(cell: dict[str, dict[str, Any]]) -> str:
 def cell_title(cell: str, meta: dict[str, Any]) -> str:
     if cell == "replay":
         return f"### replay (open loop, {meta['replay_entries']} requests per target)"
-    amount = (f"{meta['requests']} requests" if meta["duration"] is None
-              else f"{meta['duration']} s")
+    amount = f"{meta['requests']} requests" if meta["duration"] is None else f"{meta['duration']} s"
     return f"### concurrency {cell[2:]} ({amount} per target, {meta['rounds']} rounds)"
 
 
 def render(sums: dict[str, dict[str, dict[str, Any]]], meta: dict[str, Any]) -> str:
-    parts = ["# Speed: TTFT, TPOT, throughput",
-             f"{meta['started_utc']}, {meta['host']}; model `{meta['model']}`; prompts "
-             f"`{meta['prompts']}`. Times in ms, percentiles over successful requests, tok/s "
-             "and req/s aggregate over the cell's wall time.",
-             ru.md_table(("target", "base URL", "headers"),
-                         [(t["name"], t["base_url"], ", ".join(t["headers"]) or "-")
-                          for t in meta["targets"]])]
+    parts = [
+        "# Speed: TTFT, TPOT, throughput",
+        f"{meta['started_utc']}, {meta['host']}; model `{meta['model']}`; prompts "
+        f"`{meta['prompts']}`. Times in ms, percentiles over successful requests, tok/s "
+        "and req/s aggregate over the cell's wall time.",
+        ru.md_table(
+            ("target", "base URL", "headers"),
+            [(t["name"], t["base_url"], ", ".join(t["headers"]) or "-") for t in meta["targets"]],
+        ),
+    ]
     for cell, per_target in sums.items():
         parts += [cell_title(cell, meta), cell_table(per_target)]
-        parts += [line for line in (ratio_sentence(per_target), tiers_sentence(per_target))
-                  if line]
+        parts += [line for line in (ratio_sentence(per_target), tiers_sentence(per_target)) if line]
     parts.append("![latency](latency.png)\n\n![throughput](throughput.png)")
     return "\n\n".join(parts) + "\n"
 
@@ -489,20 +547,30 @@ def plot(sums: dict[str, dict[str, dict[str, Any]]], targets: Sequence[str], out
     plt = ru.pyplot()
     cells = list(sums)
     xlabel = "open-loop replay" if cells == ["replay"] else "concurrency (closed loop)"
-    panels = (("TTFT (ms)", "ttft", (50, 95, 99)), ("TPOT (ms)", "tpot", (50, 95)),
-              ("latency (ms)", "latency", (50, 95, 99)))
+    panels = (
+        ("TTFT (ms)", "ttft", (50, 95, 99)),
+        ("TPOT (ms)", "tpot", (50, 95)),
+        ("latency (ms)", "latency", (50, 95, 99)),
+    )
     styles = {50: "-", 95: "--", 99: ":"}
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     for ax, (title, key, ps) in zip(axes, panels, strict=True):
         for i, name in enumerate(targets):
             for p in ps:
-                ax.plot(cells, _series(sums, name, f"{key}_p{p}"), styles[p], marker="o",
-                        color=f"C{i}", label=f"{name} p{p}")
+                ax.plot(
+                    cells,
+                    _series(sums, name, f"{key}_p{p}"),
+                    styles[p],
+                    marker="o",
+                    color=f"C{i}",
+                    label=f"{name} p{p}",
+                )
         _decorate(ax, title, xlabel)
     ru.save_figure(fig, out / "latency.png")
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for ax, (title, key) in zip(axes, (("output tokens/s", "tok_s"), ("requests/s", "req_s")),
-                                strict=True):
+    for ax, (title, key) in zip(
+        axes, (("output tokens/s", "tok_s"), ("requests/s", "req_s")), strict=True
+    ):
         for i, name in enumerate(targets):
             ax.plot(cells, _series(sums, name, key), marker="o", color=f"C{i}", label=name)
         _decorate(ax, title, xlabel)
@@ -521,10 +589,16 @@ def _decorate(ax: Any, title: str, xlabel: str) -> None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m evals speed",
-                                 description="TTFT, TPOT, throughput and latency percentiles.")
-    ap.add_argument("--target", type=parse_target, action="append", required=True,
-                    metavar="NAME=BASE_URL[,header:value...]")
+    ap = argparse.ArgumentParser(
+        prog="python -m evals speed", description="TTFT, TPOT, throughput and latency percentiles."
+    )
+    ap.add_argument(
+        "--target",
+        type=parse_target,
+        action="append",
+        required=True,
+        metavar="NAME=BASE_URL[,header:value...]",
+    )
     ap.add_argument("--model", default=None, help="model field (default auto; replay: recorded)")
     ap.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"))
     ap.add_argument("--concurrency", type=parse_concurrency, default=[1, 4, 16])
@@ -536,8 +610,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--replay", type=Path, default=None, help="traffic .jsonl (open loop)")
     ap.add_argument("--warmup", type=int, default=1, help="unrecorded requests per target")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per request")
-    ap.add_argument("--out", type=Path, default=None,
-                    help="output folder (default results/speed-<UTC stamp>/)")
+    ap.add_argument(
+        "--out", type=Path, default=None, help="output folder (default results/speed-<UTC stamp>/)"
+    )
     ap.add_argument("--no-progress", action="store_true")
     a = ap.parse_args(argv)
     names = [t.name for t in a.target]
@@ -550,25 +625,37 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def metadata(a: argparse.Namespace, replay_entries: int | None) -> dict[str, Any]:
     return {
-        "started_utc": ru.utc_stamp(), "host": f"{platform.node()} ({os.cpu_count()} CPUs)",
-        "targets": [{"name": t.name, "base_url": t.base_url,
-                     "headers": [f"{k}:{v}" for k, v in t.headers]} for t in a.target],
+        "started_utc": ru.utc_stamp(),
+        "host": f"{platform.node()} ({os.cpu_count()} CPUs)",
+        "targets": [
+            {"name": t.name, "base_url": t.base_url, "headers": [f"{k}:{v}" for k, v in t.headers]}
+            for t in a.target
+        ],
         "model": a.model or ("as recorded" if a.replay else "auto"),
-        "prompts": ru.shown_path(a.replay or a.prompts), "concurrency": a.concurrency,
-        "requests": a.requests, "duration": a.duration, "rounds": a.rounds,
-        "replay_entries": replay_entries, "warmup": a.warmup, "timeout_s": a.timeout,
+        "prompts": ru.shown_path(a.replay or a.prompts),
+        "concurrency": a.concurrency,
+        "requests": a.requests,
+        "duration": a.duration,
+        "rounds": a.rounds,
+        "replay_entries": replay_entries,
+        "warmup": a.warmup,
+        "timeout_s": a.timeout,
     }
 
 
-async def measure(a: argparse.Namespace, prompts: list[Body],
-                  schedule: list[tuple[float, Body]] | None) -> Runner:
-    per_target = (len(schedule) if schedule else
-                  None if a.duration else a.requests * len(a.concurrency))
+async def measure(
+    a: argparse.Namespace, prompts: list[Body], schedule: list[tuple[float, Body]] | None
+) -> Runner:
+    per_target = (
+        len(schedule) if schedule else None if a.duration else a.requests * len(a.concurrency)
+    )
     total = None if per_target is None else per_target * len(a.target)
     timeout = aiohttp.ClientTimeout(total=a.timeout)
-    connector = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(timeout=timeout, connector=connector,
-                                     read_bufsize=1 << 20) as session:
+    # idle connections go before an engine's own 5 s keep-alive closes them under us
+    connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=4)
+    async with aiohttp.ClientSession(
+        timeout=timeout, connector=connector, read_bufsize=1 << 20
+    ) as session:
         with ru.progress(total, "speed", not a.no_progress) as bar:
             r = Runner(session, a.api_key, bar)
             await warm_up(r, a.target, (schedule[0][1] if schedule else prompts[0]), a.warmup)

@@ -151,7 +151,7 @@ class Pool:
         connector = aiohttp.TCPConnector(
             limit=0,
             limit_per_host=tier.max_connections,
-            keepalive_timeout=60,
+            keepalive_timeout=tier.keepalive,
             enable_cleanup_closed=False,
         )
         session = aiohttp.ClientSession(
@@ -241,48 +241,63 @@ class Pool:
             total=total, sock_connect=t.connect, sock_read=t.stall if stream else None
         )
 
+    async def _send(
+        self,
+        replica: Replica,
+        path: str,
+        body: bytes,
+        timeout: aiohttp.ClientTimeout,
+        timeout_kind: str,
+    ) -> aiohttp.ClientResponse:
+        """POST, up to the response headers; AttemptError on any failure.
+
+        A pooled keep-alive connection the engine has already closed (llama.cpp's server
+        closes one after each stream, whatever its Keep-Alive header says) fails at once
+        with a disconnect: that is the transport's business, so one more try goes out on a
+        fresh connection. A refused connection marks the replica down.
+        """
+        for last in (False, True):
+            try:
+                return await self.session.post(
+                    replica.url + path, data=body, headers=_JSON, timeout=timeout
+                )
+            except TimeoutError:
+                raise AttemptError(
+                    timeout_kind, f"no response within {timeout.total:.1f}s", timeout=True
+                ) from None
+            except aiohttp.ClientConnectorError as e:
+                replica.up = False  # refused: no traffic until a probe says otherwise
+                raise AttemptError("connect", _short(e)) from None
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
+                if last:
+                    raise AttemptError("connect", _short(e)) from None
+            except aiohttp.ClientError as e:
+                raise AttemptError("upstream", _short(e)) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
     async def post(
         self, replica: Replica, path: str, body: bytes, timeout: aiohttp.ClientTimeout
     ) -> bytes:
         """POST and return the 200 body; raise AttemptError on anything else."""
+        resp = await self._send(replica, path, body, timeout, "timeout")
         try:
-            async with self.session.post(
-                replica.url + path, data=body, headers=_JSON, timeout=timeout
-            ) as resp:
+            async with resp:
                 data = await resp.read()
-                if resp.status != 200:
-                    raise status_error(resp.status, data)
-                return data
-        except AttemptError:
-            raise
         except TimeoutError:
             raise AttemptError(
                 "timeout", f"no answer within {timeout.total:.1f}s", timeout=True
             ) from None
-        except aiohttp.ClientConnectorError as e:
-            replica.up = False  # refused: no traffic until a probe says otherwise
-            raise AttemptError("connect", _short(e)) from None
-        except aiohttp.ClientConnectionError as e:
-            raise AttemptError("connect", _short(e)) from None
         except aiohttp.ClientError as e:
             raise AttemptError("upstream", _short(e)) from None
+        if resp.status != 200:
+            raise status_error(resp.status, data)
+        return data
 
     async def open_stream(
         self, replica: Replica, path: str, body: bytes, timeout: aiohttp.ClientTimeout
     ) -> aiohttp.ClientResponse:
         """POST a streaming request; return the open 200 response (caller releases it)."""
-        try:
-            resp = await self.session.post(
-                replica.url + path, data=body, headers=_JSON, timeout=timeout
-            )
-        except TimeoutError:
-            raise AttemptError(
-                "timeout_ttft", "no response headers in time", timeout=True
-            ) from None
-        except aiohttp.ClientConnectionError as e:
-            raise AttemptError("connect", _short(e)) from None
-        except aiohttp.ClientError as e:
-            raise AttemptError("upstream", _short(e)) from None
+        resp = await self._send(replica, path, body, timeout, "timeout_ttft")
         if resp.status != 200:
             try:
                 data = await resp.content.read(_MAX_ERROR_BODY)

@@ -74,6 +74,12 @@ class Tier(_Strict):
         description="request fields this tier sets when the client did not (e.g. sampling)",
     )
     max_connections: int = Field(default=1000, ge=1, description="per replica")
+    keepalive: float = Field(
+        default=4.0,
+        gt=0,
+        description="idle keep-alive seconds; below the engine's own (uvicorn and "
+        "llama.cpp close idle connections after 5 s), so we never reuse one it closed",
+    )
 
     @model_validator(mode="after")
     def _http(self) -> Tier:

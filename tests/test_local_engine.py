@@ -68,11 +68,11 @@ def client(local_gateway: str) -> Iterator[Any]:
     c.close()
 
 
-def ask(client: Any, prompt: str, **kw: Any) -> tuple[Any, Any]:
+def ask(client: Any, prompt: str, max_tokens: int = 256, **kw: Any) -> tuple[Any, Any]:
     raw = client.chat.completions.with_raw_response.create(
         model="auto",
         temperature=0,
-        max_tokens=256,
+        max_tokens=max_tokens,
         messages=[{"role": "user", "content": prompt}],
         **kw,
     )

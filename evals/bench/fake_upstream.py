@@ -155,7 +155,7 @@ class UpstreamProtocol(asyncio.Protocol):
             self.t.close()
 
     def _dechunk(self, pos: int) -> tuple[bytes | None, int]:
-        out = []
+        out: list[bytes] = []
         b = self.buf
         while True:
             le = b.find(b"\r\n", pos)

@@ -26,8 +26,9 @@ import random
 import statistics
 import sys
 import timeit
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +37,8 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from evals.bench.common import chat_body
 from gateway.checks import Output, RequestFacts, build_checks, run_checks
 from gateway.classify import Classifier
-from gateway.request import parse_chat
-from gateway.router import Router
+from gateway.request import ClientRequest, parse_chat
+from gateway.router import RouteDecision, Router
 from gateway.rules import load_rules
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -140,6 +141,11 @@ def time_us(name: str, fn: Callable[[], object], repeat: int, target_us: float |
     return Timing(name, statistics.median(per_op), min(per_op), target_us)
 
 
+def _classify_route(classifier: Classifier, router: Router, req: ClientRequest,
+                    headers: Mapping[str, str]) -> RouteDecision:
+    return router.decide(classifier.classify(req, headers), {})
+
+
 def run(rules_path: Path, repeat: int) -> list[Timing]:
     rules = load_rules(rules_path)
     classifier, router = Classifier(rules), Router(rules)
@@ -153,9 +159,9 @@ def run(rules_path: Path, repeat: int) -> list[Timing]:
                              "the shape no longer measures what it should")
         label = f"{name} [{task} -> {decision.rule}, {len(raw):,} B]"
         out.append(time_us(f"classify+route: {label}",
-                           lambda r=req: router.decide(classifier.classify(r, headers), {}),
+                           partial(_classify_route, classifier, router, req, headers),
                            repeat, CLASSIFY_ROUTE_TARGET_US))
-        out.append(time_us(f"parse (info): {label}", lambda b=raw: parse_chat(b), repeat))
+        out.append(time_us(f"parse (info): {label}", partial(parse_chat, raw), repeat))
 
     registry = build_checks(rules.checks)
     checks = [registry[n] for n in rules.default.checks]
@@ -172,10 +178,10 @@ def run(rules_path: Path, repeat: int) -> list[Timing]:
                              f"{'pass' if should_pass else 'fail'} as they should")
         target = CHECKS_TARGET_US if label == "prose" else None
         out.append(time_us(f"checks {names}: {label} answer, {len(text):,} chars",
-                           lambda a=answer: run_checks(checks, a, facts), repeat, target))
+                           partial(run_checks, checks, answer, facts), repeat, target))
         if label == "prose":
-            out += [time_us(f"  one check (info): {c.name}",
-                            lambda c=c, a=answer: c.run(a, facts), repeat) for c in checks]
+            out += [time_us(f"  one check (info): {c.name}", partial(c.run, answer, facts),
+                            repeat) for c in checks]
     return out
 
 

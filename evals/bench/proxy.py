@@ -127,7 +127,9 @@ def _gateway_env(upstream: str, extra: list[str]) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
     env["GATEWAY_POOL_HIGHSPEED_URLS"] = upstream
     env["GATEWAY_POOL_STANDARD_URLS"] = upstream
-    env.update(pair.split("=", 1) for pair in extra)
+    for pair in extra:
+        key, _, value = pair.partition("=")
+        env[key] = value
     return env
 
 
@@ -143,7 +145,8 @@ def start_target(name: str, upstream: str, a: argparse.Namespace, outdir: Path,
             argv = [sys.executable, "-m", "evals.bench.relay", "--port", str(port),
                     "--upstream", upstream, "--max-seconds", str(a.max_server_s)]
             svc = Service(name, argv, cpus=a.sut_cpus, nice=a.nice, logdir=outdir / "logs")
-            ready, extra = base + "/health", ()  # the relay forwards it to the upstream
+            ready = base + "/health"  # the relay forwards it to the upstream
+            extra: tuple[str, ...] = ()
         else:
             rules = outdir / "routing_rules.yaml"
             shutil.copyfile(a.rules, rules)
