@@ -110,6 +110,7 @@ _SLICE_S = 0.001  # the flusher yields to the event loop at least this often
 
 access_log = logging.getLogger("gateway.access")
 _Sums = dict[tuple[Any, tuple[tuple[str, str], ...]], int]
+_STREAM, _NO_STREAM = {A_STREAM: "true"}, {A_STREAM: "false"}
 
 
 @dataclass(slots=True)
@@ -263,7 +264,7 @@ class Telemetry:
         if r.status >= 400 or r.error_code:
             count(self.errors, 1, *base, (A_KIND, r.error_code or str(r.status)))
         self.latency.record(r.latency_s, labels)
-        self.overhead.record(max(0.0, r.overhead_s), {A_STREAM: stream})
+        self.overhead.record(max(0.0, r.overhead_s), _STREAM if r.stream else _NO_STREAM)
         if r.ttft_s is not None:  # streams only: a non-streamed answer has no first token
             self.ttft.record(r.ttft_s, labels)
             if r.completion_tokens > 1:
@@ -277,7 +278,8 @@ class Telemetry:
             self.attempt.record(secs, {A_TIER: tier, A_OUTCOME: kind})
             if kind.startswith("check_"):
                 count(self.check_failures, 1, (A_CHECK, kind[6:]), (A_TIER, tier))
-        if r.ok_attempt_s is not None:
+        if r.ok_attempt_s is not None and r.ttft_s is None:
+            # a non-streamed answer's whole attempt; a stream's is its first token (TTFT)
             self.attempt.record(r.ok_attempt_s, {A_TIER: r.tier, A_OUTCOME: "ok"})
 
     def prometheus(self) -> bytes:
