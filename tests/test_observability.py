@@ -53,7 +53,7 @@ def test_metrics_count_requests_fallbacks_checks_and_tokens(client: Any, gateway
     assert delta("gateway_tokens_total", direction="out") > 0
     assert delta("gateway_request_latency_seconds_count", tier="standard") >= 1
     assert delta("gateway_time_to_first_token_seconds_count", tier="highspeed") >= 1
-    assert delta("gateway_upstream_attempt_seconds_count", outcome="ok") >= 3
+    assert delta("gateway_upstream_attempt_seconds_count", outcome="ok") >= 2  # non-streamed
     assert 'le="0.05"' in after and 'le="0.1"' in after  # buckets that resolve P95/P99
     assert delta("gateway_overhead_seconds_count") >= 3
 
