@@ -1,10 +1,12 @@
 """``python -m evals <command> [args]``: the evaluation and benchmark entry point.
 
+    python -m evals speed --target A=URL --target B=URL [--concurrency 1,4,16 ...]
+    python -m evals quality [--target fast=URL,... --target standard=URL,...] [--shadow URL]
+    python -m evals checks [--out DIR]
     python -m evals bench [--duration 3 --repeats 3 --targets direct,relay,gateway ...]
     python -m evals micro [--repeat 7 ...]
 
-Each command is a module with ``main(argv) -> int``; add one by adding a line to COMMANDS
-.
+Each command is a module with ``main(argv) -> int``; add one by adding a line to COMMANDS.
 """
 
 from __future__ import annotations
