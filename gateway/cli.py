@@ -183,12 +183,34 @@ def cmd_explain(args: argparse.Namespace) -> int:
         print(f"error: {args.request}: expected a JSON object", file=sys.stderr)
         return 2
     try:
-        out = explain(rules, request)
+        eff = _policies(args.tenant_policy, args.key_policy)
+    except ValueError as e:
+        print(f"error: bad policy: {e}", file=sys.stderr)
+        return 2
+    try:
+        out = explain(rules, request, eff)
     except GatewayError as e:
         print(f"error: the gateway would answer {e.status} {e.code}: {e.message}", file=sys.stderr)
         return 1
     sys.stdout.write(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode() + "\n")
     return 0
+
+
+def _policies(tenant: str | None, key: str | None) -> Effective | None:
+    """The merged policy of a tenant and a key given as JSON, as the gateway would merge."""
+    if tenant is None and key is None:
+        return None
+    from gateway.tenants import ApiKey, Policy, Tenant, effective_policy
+
+    t = Tenant(id="cli", name="cli", policy=Policy.model_validate_json(tenant or "{}"))
+    k = ApiKey(
+        id="cli",
+        tenant_id="cli",
+        digest="",
+        prefix="",
+        policy=Policy.model_validate_json(key or "{}"),
+    )
+    return effective_policy(t, k)
 
 
 def engines_main(argv: list[str]) -> int:
@@ -220,6 +242,8 @@ def parser() -> argparse.ArgumentParser:
     e = sub.add_parser("explain", help="print the routing decision for a request")
     e.add_argument("file")
     e.add_argument("request")
+    e.add_argument("--tenant-policy", default=None, help="a tenant's policy, JSON")
+    e.add_argument("--key-policy", default=None, help="the key's own policy, JSON")
     e.set_defaults(func=cmd_explain)
     sub.add_parser("engines", help="launch TIER [--dry-run] | sim --port P ...")
     sub.add_parser("admin", help="admin API calls: gateway admin --help")

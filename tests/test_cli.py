@@ -68,3 +68,25 @@ def test_explain_prints_the_decision(tmp_path: Path) -> None:
     req.write_text(json.dumps({"model": "nope", "messages": [{"role": "user", "content": "x"}]}))
     r = gateway("explain", "routing_rules.yaml", str(req))
     assert r.returncode == 1 and "404 model_not_found" in r.stderr
+
+
+def test_explain_with_policies_says_which_level_decided(tmp_path: Path) -> None:
+    req = tmp_path / "req.json"
+    req.write_text(json.dumps({"model": "auto", "messages": [{"role": "user", "content": "hi"}]}))
+    r = gateway(
+        "explain",
+        "routing_rules.yaml",
+        str(req),
+        "--tenant-policy",
+        '{"forced_tier": "standard", "default_sla": "batch"}',
+        "--key-policy",
+        '{"forced_tier": "highspeed"}',
+    )
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["tiers"] == ["highspeed", "standard"]
+    assert out["policy"]["forced_tier"] == {"value": "highspeed", "level": "key"}
+    assert out["policy"]["default_sla"] == {"value": "batch", "level": "tenant"}
+    assert "pinned by forced_tier (key)" in out["reason"]
+    bad = gateway("explain", "routing_rules.yaml", str(req), "--key-policy", '{"rpm": 1}')
+    assert bad.returncode == 2 and "bad policy" in bad.stderr
