@@ -323,10 +323,12 @@ class Dispatcher:
             # nothing goes out unchecked: the first read may already hold many tokens
             bad = live.maybe_run(state)
             if bad is None and hold:
-                await self._hold_back(resp, framer, state, head, live, hold, cfg.hold_back_ms)
-                bad = live.run(state)
-            if bad is None and hold and state.done:
-                bad = run_checks(checks, state.output(), req.facts)  # all of it is here
+                if state.tokens < hold and not state.done:
+                    await self._hold_back(resp, framer, state, head, live, hold, cfg.hold_back_ms)
+                if state.done:  # all of it is here: every check of the rule
+                    bad = run_checks(checks, state.output(), req.facts)
+                else:
+                    bad = live.run(state)
             if bad is not None:
                 raise AttemptError(f"check_{bad.check}", bad.reason)
         except TimeoutError:
