@@ -317,18 +317,18 @@ class Admin:
     async def pools(self) -> web.Response:
         return _json({"tiers": self.gw.pools.state(), "store_degraded": self.gw.access.degraded})
 
-    async def shadow(self) -> web.Response:
+    def _limit(self, default: int, most: int) -> int:
         try:
-            limit = max(1, min(5000, int(self.request.query.get("limit", "1000"))))
+            return max(1, min(most, int(self.request.query.get("limit", str(default)))))
         except ValueError:
             raise BadRequest("'limit' must be an integer.", param="limit") from None
+
+    async def shadow(self) -> web.Response:
+        limit = self._limit(default=1000, most=5000)
         return _json({"object": "list", "data": await self.store.shadow_records(limit)})
 
     async def audit_log(self) -> web.Response:
-        try:
-            limit = max(1, min(1000, int(self.request.query.get("limit", "100"))))
-        except ValueError:
-            raise BadRequest("'limit' must be an integer.", param="limit") from None
+        limit = self._limit(default=100, most=1000)
         return _json({"object": "list", "data": await self.store.audit_log(limit)})
 
     # -- rules ----------------------------------------------------------------------------------

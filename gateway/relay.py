@@ -18,7 +18,9 @@ relayed without looking inside them.
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
@@ -44,6 +46,21 @@ class _Broken(Exception):
         self.kind = kind
         self.detail = detail
         self.upstream_fault = upstream_fault
+
+
+@contextlib.contextmanager
+def _as_broken() -> Iterator[None]:
+    """Upstream trouble while a stream is relayed, as :class:`_Broken`."""
+    try:
+        yield
+    except AttemptError as e:
+        raise _Broken(e.kind, e.detail, upstream_fault=True) from None
+    except TimeoutError:
+        raise _Broken(
+            "stall", "no token within the stall or total timeout", upstream_fault=True
+        ) from None
+    except aiohttp.ClientError as e:
+        raise _Broken("stream_cut", str(e)[:160] or type(e).__name__, upstream_fault=True) from None
 
 
 class StreamRelay:
@@ -127,7 +144,7 @@ class StreamRelay:
         if not parse:
             await self._passthrough(start, resp)
             return
-        try:
+        with _as_broken():
             while True:
                 chunk = await up.content.readany()
                 if not chunk:
@@ -144,16 +161,6 @@ class StreamRelay:
                     if complete:
                         await resp.write(complete)
                     self._mark_sent(state)
-        except AttemptError as e:
-            raise _Broken(e.kind, e.detail, upstream_fault=True) from None
-        except TimeoutError:
-            raise _Broken(
-                "stall", "no token within the stall or total timeout", upstream_fault=True
-            ) from None
-        except aiohttp.ClientError as e:
-            raise _Broken(
-                "stream_cut", str(e)[:160] or type(e).__name__, upstream_fault=True
-            ) from None
         if not state.done:
             raise _Broken("stream_cut", "the stream ended without [DONE]", upstream_fault=True)
         self.ended = True
@@ -163,18 +170,10 @@ class StreamRelay:
         if start.framer.pending:
             await resp.write(start.framer.pending)
         last = prev = b""
-        try:
+        with _as_broken():
             async for chunk in up.content.iter_any():
                 await resp.write(chunk)
                 prev, last = last, chunk
-        except TimeoutError:
-            raise _Broken(
-                "stall", "no token within the stall or total timeout", upstream_fault=True
-            ) from None
-        except aiohttp.ClientError as e:
-            raise _Broken(
-                "stream_cut", str(e)[:160] or type(e).__name__, upstream_fault=True
-            ) from None
         if b"[DONE]" not in (prev + last)[-64:] and not start.state.done:
             raise _Broken("stream_cut", "the stream ended without [DONE]", upstream_fault=True)
         self.ended = True
