@@ -28,6 +28,7 @@ from gateway.errors import (
     RateLimited,
     error_body,
 )
+from gateway.headers import H_FALLBACK, H_OVERHEAD, H_REQUEST_ID, H_ROUTE, H_TIER
 from gateway.limits import Admission
 from gateway.pools import AttemptError
 from gateway.relay import StreamRelay
@@ -48,11 +49,6 @@ from gateway.telemetry import (
 )
 from gateway.tenants import Effective
 
-H_TIER = "x-gateway-tier"
-H_ROUTE = "x-gateway-route"
-H_FALLBACK = "x-gateway-fallback"
-H_OVERHEAD = "x-gateway-overhead-ms"
-H_REQUEST_ID = "x-request-id"
 _JSON = "application/json"
 _KNOWN = {
     "/v1/chat/completions": "POST",
@@ -107,7 +103,18 @@ async def _read(request: web.Request, gw: Gateway) -> bytes:
 class _Trace:
     """What one request's telemetry record needs, filled in as it becomes known."""
 
-    __slots__ = ("d", "eff", "error", "first_byte", "out", "status", "stream", "tier", "usage")
+    __slots__ = (
+        "d",
+        "eff",
+        "error",
+        "failures",
+        "first_byte",
+        "out",
+        "status",
+        "stream",
+        "tier",
+        "usage",
+    )
 
     def __init__(self) -> None:
         self.d: RouteDecision | None = None
@@ -119,6 +126,7 @@ class _Trace:
         self.tier = "none"
         self.usage: dict[str, Any] | None = None
         self.first_byte: float | None = None
+        self.failures: list[Failure] | None = None  # the relay's, when it added to them
 
     def record(self, rid: str, kind: str, t0: float) -> RequestRecord:
         now = time.perf_counter()
@@ -144,7 +152,7 @@ class _Trace:
             (self.first_byte - t0) if self.first_byte is not None else None,
             int(u.get("prompt_tokens") or 0),
             int(u.get("completion_tokens") or 0),
-            [(f.tier, f.kind, f.seconds) for f in out.failures] if out else [],
+            [(f.tier, f.kind, f.seconds) for f in self.failures or (out.failures if out else [])],
             out.ok_attempt_s if out else None,
             self.error,
         )
@@ -179,8 +187,9 @@ def _span_attributes(span: trace.Span, tr: _Trace, kind: str) -> None:
         )
     if tr.eff is not None and tr.eff.tenant_id:
         attrs[A_TENANT] = tr.eff.tenant_id
-    if tr.out is not None and tr.out.failures:
-        attrs["gateway.fallback_reason"] = tr.out.failures[0].kind
+    failures = tr.failures or (tr.out.failures if tr.out else [])
+    if failures:
+        attrs["gateway.fallback_reason"] = failures[0].kind
     if tr.usage:
         attrs[S_IN_TOKENS] = int(tr.usage.get("prompt_tokens") or 0)
         attrs[S_OUT_TOKENS] = int(tr.usage.get("completion_tokens") or 0)
@@ -214,14 +223,14 @@ async def _serve(
         extra = _explain(tr.d, None, t0) if tr.d else {}
         if isinstance(e, RateLimited):
             extra.update(e.headers)
-        if admitted and tr.eff is not None and tr.eff.tenant_id is not None:
-            gw.spawn(gw.access.done(tr.eff, rid, "none", None, e.code))
+        if admitted:
+            _account(gw, tr.eff, rid, "none", None, e.code)
         return error_response(e, rid, extra)
     except AttemptError as e:  # the engine refused the request itself: relay its answer
         tr.status, tr.error = e.status or 400, e.kind
         headers = {H_REQUEST_ID: rid, **(_explain(tr.d, None, t0) if tr.d else {})}
-        if admitted and tr.eff is not None and tr.eff.tenant_id is not None:
-            gw.spawn(gw.access.done(tr.eff, rid, "none", None, None))
+        if admitted:
+            _account(gw, tr.eff, rid, "none", None, None)
         return web.Response(
             status=e.status or 400, body=e.body, content_type=_JSON, headers=headers
         )
@@ -231,7 +240,7 @@ async def _serve(
     headers[H_REQUEST_ID] = rid
     if eff.tenant_id is not None:
         headers.update(rate_headers(adm))
-        gw.spawn(gw.access.done(eff, rid, out.tier, out.usage, _fallback_kind(out.failures)))
+    _account(gw, eff, rid, out.tier, out.usage, _fallback_kind(out.failures))
     return web.Response(body=out.body, content_type=_JSON, headers=headers)
 
 
@@ -247,6 +256,19 @@ def _maybe_shadow(
     if against is not None:
         body = dict(req.body)
         gw.spawn(gw.shadow.compare(req, body, d, tier, text(), against, eff.tenant_id))
+
+
+def _account(
+    gw: Gateway,
+    eff: Effective | None,
+    rid: str,
+    tier: str,
+    usage: dict[str, Any] | None,
+    reason: str | None,
+) -> None:
+    """Free the concurrency slot and count the usage, after the answer (tenants only)."""
+    if eff is not None and eff.tenant_id is not None:
+        gw.spawn(gw.access.done(eff, rid, tier, usage, reason))
 
 
 def _fallback_kind(failures: list[Failure]) -> str | None:
@@ -286,14 +308,12 @@ async def _relay_stream(
         with contextlib.suppress(ConnectionResetError):  # the client left; relay cleaned up
             await relay.run(resp)
     finally:
-        tr.tier, tr.usage = relay.tier, relay.usage()
-        out.failures = relay.failures
-        if not relay.broken and eff is not None:
-            _maybe_shadow(gw, req, d, eff, relay.tier, out.stream.state.text)
+        tr.tier, tr.usage, tr.failures = relay.tier, relay.usage(), relay.failures
         if relay.broken:
             tr.error = "stream_broken"
-        if eff is not None and eff.tenant_id is not None:
-            gw.spawn(gw.access.done(eff, rid, relay.tier, tr.usage, _fallback_kind(relay.failures)))
+        elif eff is not None:
+            _maybe_shadow(gw, req, d, eff, relay.tier, out.stream.state.text)
+        _account(gw, eff, rid, relay.tier, tr.usage, _fallback_kind(relay.failures))
     return resp
 
 

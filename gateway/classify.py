@@ -56,6 +56,17 @@ def _lower(items: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(i.lower() for i in items)
 
 
+def _known(value: str | None, known: Mapping[str, object], header: str, what: str) -> str | None:
+    """A hint header's value, if sent; a 400 naming the header when it is not one we know."""
+    if value is not None and value not in known:
+        raise InvalidField(
+            f"Unknown {what} {value!r} in {header}; known: {', '.join(known)}.",
+            param=header,
+            code="invalid_value",
+        )
+    return value
+
+
 class Classifier:
     """Compiled from one :class:`Rules`; rebuilt whenever the rules change."""
 
@@ -81,26 +92,14 @@ class Classifier:
         tier_hint, hint_source = self._tier_hint(req.model, headers.get(H_TIER))
         has_tools = bool(req.facts.tools)
 
-        task = headers.get(H_TASK)
+        task = _known(headers.get(H_TASK), rules.tasks, H_TASK, "task")
         if task is not None:
-            if task not in rules.tasks:
-                raise InvalidField(
-                    f"Unknown task {task!r} in {H_TASK}; known: {', '.join(rules.tasks)}.",
-                    param=H_TASK,
-                    code="invalid_value",
-                )
             task_source = "header"
         else:
             task, task_source = self._shape(req, has_tools)
 
-        sla = headers.get(H_SLA)
+        sla = _known(headers.get(H_SLA), rules.sla_classes, H_SLA, "SLA class")
         if sla is not None:
-            if sla not in rules.sla_classes:
-                raise InvalidField(
-                    f"Unknown SLA class {sla!r} in {H_SLA}; known: {', '.join(rules.sla_classes)}.",
-                    param=H_SLA,
-                    code="invalid_value",
-                )
             sla_source = "header"
         else:
             tc = rules.tasks.get(task)

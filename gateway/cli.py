@@ -79,11 +79,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 async def _tune_gc(app: object) -> None:
-    """Start-up objects (rules, pools, code) leave the collector's view, and young objects
-    are collected less often: full collections under load went from ~28 ms to ~3 ms."""
+    """Move start-up objects (rules, pools, code) out of the collector's view, so that full
+    collections under load stop walking them (a GC-instrumented profiling run saw them go
+    from ~28 ms to ~3 ms)."""
     gc.collect()
     gc.freeze()
-    gc.set_threshold(10_000, 20, 20)
 
 
 def _local_engines(settings: Settings, rules: Rules) -> LocalEngines | None:

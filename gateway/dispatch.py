@@ -37,7 +37,7 @@ from tenacity import (
 )
 from tenacity.stop import stop_base
 
-from gateway.checks import Check, Output, RepetitionSettings, find_loop_start, run_checks
+from gateway.checks import Check, Output, RepetitionSettings, find_loop_start
 from gateway.errors import UpstreamFailed, UpstreamTimeout
 from gateway.pools import AttemptError, Pool, Pools, Replica
 from gateway.request import ClientRequest
@@ -95,12 +95,14 @@ class Outcome:
 
     @property
     def fallback(self) -> str | None:
-        """Why we fell back, for x-gateway-fallback: ``highspeed:check_repetition (...)``."""
-        if not self.failures:
-            return None
-        return "; ".join(f"{f.short()} ({f.detail[:80]})" for f in self.failures) + (
-            f" -> {self.tier}"
-        )
+        return describe_fallback(self.failures, self.tier)
+
+
+def describe_fallback(failures: list[Failure], tier: str) -> str | None:
+    """Why we fell back (x-gateway-fallback): ``highspeed:check_repetition (...) -> standard``."""
+    if not failures:
+        return None
+    return "; ".join(f"{f.short()} ({f.detail[:80]})" for f in failures) + f" -> {tier}"
 
 
 def _outputs(kind: str, payload: Any) -> list[Output]:
@@ -318,15 +320,14 @@ class Dispatcher:
                 resp = await pool.open_stream(
                     rep, _PATHS[req.kind], body, pool.timeout(remaining, stream=True)
                 )
-                while not await self._read(resp, framer, state, head):
-                    pass
+                await self._first_token(resp, framer, state, head)
             # nothing goes out unchecked: the first read may already hold many tokens
             bad = live.maybe_run(state)
             if bad is None and hold:
                 if state.tokens < hold and not state.done:
                     await self._hold_back(resp, framer, state, head, live, hold, cfg.hold_back_ms)
                 if state.done:  # all of it is here: every check of the rule
-                    bad = run_checks(checks, state.output(), req.facts)
+                    bad = self._tel.run_checks(checks, state.output(), req.facts)
                 else:
                     bad = live.run(state)
             if bad is not None:
@@ -357,25 +358,36 @@ class Dispatcher:
             resp.close()  # drop the connection: the engine stops generating
 
     @staticmethod
-    async def _read(
+    async def _pull(
         resp: aiohttp.ClientResponse, framer: SSEFramer, state: StreamState, head: list[bytes]
     ) -> bool:
-        """One read into ``head``; True once a token has arrived. Raises on a dead stream."""
+        """One read into ``head``; True when it carried a token. Raises on a dead stream."""
         try:
             chunk = await resp.content.readany()
         except aiohttp.ClientError as e:
             raise AttemptError("stream_cut", str(e)[:160] or type(e).__name__) from None
         if not chunk:
-            raise AttemptError("stream_cut", "stream ended before the first token")
+            raise AttemptError("stream_cut", "stream ended without [DONE]")
         complete, payloads = framer.feed(chunk)
         token = False
         for p in payloads:
             token = state.feed(p) or token
         if complete:
             head.append(complete)
-        if state.done and not token and not state.tokens:
-            raise AttemptError("stream_empty", "stream ended before the first token")
-        return token or state.tokens > 0 or state.done
+        return token
+
+    @classmethod
+    async def _first_token(
+        cls,
+        resp: aiohttp.ClientResponse,
+        framer: SSEFramer,
+        state: StreamState,
+        head: list[bytes],
+    ) -> None:
+        """Read until a token arrives; a stream that ends before one is a failure."""
+        while not await cls._pull(resp, framer, state, head):
+            if state.done:
+                raise AttemptError("stream_empty", "stream ended before the first token")
 
     async def _hold_back(
         self,
@@ -393,17 +405,7 @@ class Dispatcher:
         try:
             async with asyncio.timeout_at(until):
                 while state.tokens < tokens and not state.done:
-                    try:
-                        chunk = await resp.content.readany()
-                    except aiohttp.ClientError as e:
-                        raise AttemptError("stream_cut", str(e)[:160]) from None
-                    if not chunk:
-                        raise AttemptError("stream_cut", "stream ended without [DONE]")
-                    complete, payloads = framer.feed(chunk)
-                    for p in payloads:
-                        state.feed(p)
-                    if complete:
-                        head.append(complete)
+                    await self._pull(resp, framer, state, head)
                     bad = live.maybe_run(state)
                     if bad is not None:
                         raise AttemptError(f"check_{bad.check}", bad.reason)

@@ -27,14 +27,14 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from gateway.dispatch import Dispatcher, Failure, Outcome, StreamStart
+from gateway.dispatch import Dispatcher, Failure, Outcome, StreamStart, describe_fallback
 from gateway.errors import GatewayError, StreamBroken, error_body
+from gateway.headers import H_FALLBACK
 from gateway.pools import AttemptError
 from gateway.request import ClientRequest
 from gateway.router import RouteDecision
-from gateway.stream import StreamState
+from gateway.stream import StreamState, data_payloads
 
-H_FALLBACK = "x-gateway-fallback"
 _DONE = b"data: [DONE]\n\n"
 
 
@@ -81,7 +81,6 @@ class StreamRelay:
         self.tier = out.tier
         self.sent_chars = 0
         self.sent_tokens = 0
-        self.ended = False  # a terminal event ([DONE] or an error event) went out
         self.broken = False  # it ended with an error event
         self._first_tokens = 0  # what the first tier sent, for the merged usage
         self._first_usage: dict[str, Any] | None = None
@@ -163,7 +162,6 @@ class StreamRelay:
                     self._mark_sent(state)
         if not state.done:
             raise _Broken("stream_cut", "the stream ended without [DONE]", upstream_fault=True)
-        self.ended = True
 
     async def _passthrough(self, start: StreamStart, resp: web.StreamResponse) -> None:
         up = start.resp
@@ -176,7 +174,6 @@ class StreamRelay:
                 prev, last = last, chunk
         if b"[DONE]" not in (prev + last)[-64:] and not start.state.done:
             raise _Broken("stream_cut", "the stream ended without [DONE]", upstream_fault=True)
-        self.ended = True
 
     def _mark_sent(self, state: StreamState) -> None:
         self.sent_chars = state.chars
@@ -229,7 +226,7 @@ class StreamRelay:
         self._echo = prefix or None
         self._first_tokens = self.sent_tokens
         self._first_usage = state.usage
-        head = self._rewrite_bytes(nxt.head, first, nxt.state)
+        head = self._rewrite(data_payloads(nxt.head), first, nxt.state)
         if head:
             await resp.write(head)
         try:
@@ -243,10 +240,6 @@ class StreamRelay:
                 f"The stream broke off: {why}; its continuation on "
                 f"{self.tier} failed too ({b2.kind}: {b2.detail}).",
             )
-
-    def _rewrite_bytes(self, raw: bytes, first: StreamState, cont: StreamState) -> bytes:
-        payloads = [ln[5:].strip() for ln in raw.split(b"\n") if ln.startswith(b"data:")]
-        return self._rewrite(payloads, first, cont)
 
     def _rewrite(self, payloads: list[bytes], first: StreamState, cont: StreamState) -> bytes:
         """Continuation events dressed as the first stream's; role-only chunks dropped."""
@@ -330,12 +323,10 @@ class StreamRelay:
     async def _error(self, resp: web.StreamResponse, message: str) -> None:
         self.broken = True
         await resp.write(b"data: " + error_body(StreamBroken(message)) + b"\n\n" + _DONE)
-        self.ended = True
 
     async def _epilogue(self, resp: web.StreamResponse) -> None:
-        if self.failures:
-            fb = "; ".join(f"{f.short()} ({f.detail[:80]})" for f in self.failures)
-            fb += f" -> {self.tier}"
+        fb = describe_fallback(self.failures, self.tier)
+        if fb:
             await resp.write(f": {H_FALLBACK} {fb}\n\n".encode("ascii", "replace"))
         await resp.write_eof()
 

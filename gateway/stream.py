@@ -23,6 +23,11 @@ from gateway.pools import AttemptError
 INCREMENTAL = ("repetition", "template_leak")  # checks that make sense on a partial answer
 
 
+def data_payloads(events: bytes) -> list[bytes]:
+    """The ``data:`` payloads of complete SSE events."""
+    return [ln[5:].strip() for ln in events.split(b"\n") if ln.startswith(b"data:")]
+
+
 class SSEFramer:
     """Splits a byte stream into complete SSE events (``\\n\\n``-terminated)."""
 
@@ -41,8 +46,7 @@ class SSEFramer:
             self._buf = buf
             return b"", []
         complete, self._buf = buf[: end + 2], buf[end + 2 :]
-        payloads = [ln[5:].strip() for ln in complete.split(b"\n") if ln.startswith(b"data:")]
-        return complete, payloads
+        return complete, data_payloads(complete)
 
     @property
     def pending(self) -> bytes:

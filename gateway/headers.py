@@ -1,0 +1,7 @@
+"""The response headers that explain a routing decision (see the README)."""
+
+H_TIER = "x-gateway-tier"
+H_ROUTE = "x-gateway-route"
+H_FALLBACK = "x-gateway-fallback"  # also a trailing SSE comment once a stream's headers are gone
+H_OVERHEAD = "x-gateway-overhead-ms"
+H_REQUEST_ID = "x-request-id"
