@@ -31,7 +31,14 @@ from pathlib import Path
 from typing import Any
 
 from evals import report_util as ru
-from gateway.checks import CHECK_NAMES, Check, CheckSettings, Output, RequestFacts, build_checks
+from gateway.checks.base import (
+    CHECK_NAMES,
+    Check,
+    CheckSettings,
+    Output,
+    RequestFacts,
+    build_checks,
+)
 
 DATA = Path(__file__).resolve().parent / "data" / "checks_labelled.jsonl"
 

@@ -19,11 +19,11 @@ from typing import Any
 
 import orjson
 
+from gateway.core.rules import Rules, RulesError, load_rules
 from gateway.errors import GatewayError
-from gateway.local import LocalEngines, installed, plan
-from gateway.rules import Rules, RulesError, load_rules
+from gateway.ops.local import LocalEngines, installed, plan
 from gateway.settings import REPO_RULES, Settings, load_settings
-from gateway.tenants import OPEN, Effective
+from gateway.tenancy.tenants import OPEN, Effective
 
 
 def _load(path: Path) -> Rules:
@@ -39,15 +39,15 @@ def _load(path: Path) -> Rules:
 def cmd_serve(args: argparse.Namespace) -> int:
     from aiohttp import web
 
-    from gateway.app import create_app
-    from gateway.local import self_check_hook
+    from gateway.ops.local import self_check_hook
+    from gateway.server.app import create_app
 
     try:
         settings = load_settings(rules=args.rules, host=args.host, port=args.port)
     except ValueError as e:  # pydantic's ValidationError is a ValueError
         print(f"error: bad settings: {e}", file=sys.stderr)
         return 2
-    from gateway.telemetry import setup_logging
+    from gateway.ops.telemetry import setup_logging
 
     setup_logging(settings.log_level, settings.access_log)
     path = settings.rules_path()
@@ -145,9 +145,9 @@ def explain(
     health: dict[str, bool] | None = None,
 ) -> dict[str, Any]:
     """The routing decision for ``request`` as a JSON-able dict (nothing is sent)."""
-    from gateway.classify import Classifier
-    from gateway.request import parse_chat, parse_completion
-    from gateway.router import Router
+    from gateway.core.classify import Classifier
+    from gateway.core.request import parse_chat, parse_completion
+    from gateway.core.router import Router
 
     if "body" in request and isinstance(request["body"], dict):
         body, path = request["body"], request.get("path", "/v1/chat/completions")
@@ -200,7 +200,7 @@ def _policies(tenant: str | None, key: str | None) -> Effective | None:
     """The merged policy of a tenant and a key given as JSON, as the gateway would merge."""
     if tenant is None and key is None:
         return None
-    from gateway.tenants import ApiKey, Policy, Tenant, effective_policy
+    from gateway.tenancy.tenants import ApiKey, Policy, Tenant, effective_policy
 
     t = Tenant(id="cli", name="cli", policy=Policy.model_validate_json(tenant or "{}"))
     k = ApiKey(
@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["engines"]:
         return engines_main(argv[1:])
     if argv[:1] == ["admin"]:
-        from gateway.admin_cli import main as admin_main
+        from gateway.admin.cli import main as admin_main
 
         return admin_main(argv[1:])
     args = parser().parse_args(argv)

@@ -1,4 +1,4 @@
-"""Tests for gateway.checks: every check passing and failing, table-driven."""
+"""Tests for gateway.checks.base: every check passing and failing, table-driven."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
-from gateway.checks import (
+from gateway.checks.base import (
     CHECK_NAMES,
     DEFAULT_TEMPLATE_TOKENS,
     MAX_REASON_CHARS,

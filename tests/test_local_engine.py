@@ -16,7 +16,7 @@ from typing import Any
 import openai
 import pytest
 
-from gateway.local import installed
+from gateway.ops.local import installed
 from tests.conftest import Proc, free_port
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -21,7 +21,7 @@ import openai
 import pytest
 import yaml
 
-from gateway.store import RedisStore
+from gateway.tenancy.store import RedisStore
 from tests.conftest import Proc, free_port, rules_for_tests, start_gateway
 
 ADMIN = "admin-token-for-tests-0123456789"

@@ -35,11 +35,11 @@ from typing import Any
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from evals.bench.common import chat_body
-from gateway.checks import Output, RequestFacts, build_checks, run_checks
-from gateway.classify import Classifier
-from gateway.request import ClientRequest, parse_chat
-from gateway.router import RouteDecision, Router
-from gateway.rules import load_rules
+from gateway.checks.base import Output, RequestFacts, build_checks, run_checks
+from gateway.core.classify import Classifier
+from gateway.core.request import ClientRequest, parse_chat
+from gateway.core.router import RouteDecision, Router
+from gateway.core.rules import load_rules
 
 ROOT = Path(__file__).resolve().parents[2]
 CLASSIFY_ROUTE_TARGET_US = 50.0

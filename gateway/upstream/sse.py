@@ -17,8 +17,8 @@ from typing import Any
 
 import orjson
 
-from gateway.checks import Check, CheckResult, Output, RequestFacts, run_checks
-from gateway.pools import AttemptError
+from gateway.checks.base import Check, CheckResult, Output, RequestFacts, run_checks
+from gateway.upstream.pools import AttemptError
 
 INCREMENTAL = ("repetition", "template_leak")  # checks that make sense on a partial answer
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from gateway.classify import Classification
+from gateway.core.classify import Classification
+from gateway.core.rules import Route, Rule, Rules, When
 from gateway.errors import PermissionDenied
-from gateway.rules import Route, Rule, Rules, When
-from gateway.tenants import OPEN, Effective
+from gateway.tenancy.tenants import OPEN, Effective
 
 
 @dataclass(frozen=True, slots=True)

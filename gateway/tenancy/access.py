@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.errors import RateLimited, ServiceUnavailable, Unauthorized
-from gateway.limits import ALLOW, Admission, LocalLimiter
-from gateway.store import Store, StoreUnavailable
-from gateway.tenants import OPEN, Effective, effective_policy, key_digest
+from gateway.tenancy.limits import ALLOW, Admission, LocalLimiter
+from gateway.tenancy.store import Store, StoreUnavailable
+from gateway.tenancy.tenants import OPEN, Effective, effective_policy, key_digest
 
 log = logging.getLogger("gateway.access")
 _NEGATIVE_TTL = 5.0

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from gateway.rules import Tier
+from gateway.core.rules import Tier
 
-log = logging.getLogger("gateway.pools")
+log = logging.getLogger("gateway.upstream.pools")
 
 _SKIP_HEADERS = ("Accept-Encoding", "User-Agent")
 _JSON = {"Content-Type": "application/json"}

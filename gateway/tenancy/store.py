@@ -5,7 +5,7 @@ Two implementations of one interface (:class:`Store`):
 * :class:`RedisStore` — shared by every gateway replica. Keys live under one prefix;
   per-tenant keys carry a ``{tenant}`` hash tag so a cluster keeps them on one shard.
   Tenant writes are optimistic (WATCH/MULTI, retried), so concurrent admin writes never
-  lose an update. Admission is one Lua call (:mod:`gateway.limits`). Every write is
+  lose an update. Admission is one Lua call (:mod:`gateway.tenancy.limits`). Every write is
   announced on a pub/sub channel so other replicas drop their cached copies at once.
 * :class:`MemoryStore` — the same in one process: the embedded default (one replica).
 
@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from gateway.limits import (
+from gateway.tenancy.limits import (
     ADMIT_LUA,
     DEBIT_LUA,
     SLOT_TTL_MS,
@@ -32,7 +32,7 @@ from gateway.limits import (
     admission_from_lua,
     budget_period,
 )
-from gateway.tenants import ApiKey, Policy, Tenant
+from gateway.tenancy.tenants import ApiKey, Policy, Tenant
 
 AUDIT_MAX = 10_000
 SHADOW_MAX = 5_000  # shadow comparisons kept for `evals quality --shadow`

@@ -17,9 +17,10 @@ from aiohttp import web
 from opentelemetry import trace
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from gateway.access import rate_headers
-from gateway.app import GATEWAY, Gateway
-from gateway.dispatch import Failure, Outcome
+from gateway.core.request import ClientRequest, parse_chat, parse_completion
+from gateway.core.router import RouteDecision
+from gateway.dispatch.attempts import Failure, Outcome
+from gateway.dispatch.relay import StreamRelay
 from gateway.errors import (
     GatewayError,
     MethodNotAllowed,
@@ -29,13 +30,8 @@ from gateway.errors import (
     error_body,
 )
 from gateway.headers import H_FALLBACK, H_OVERHEAD, H_REQUEST_ID, H_ROUTE, H_TIER
-from gateway.limits import Admission
-from gateway.pools import AttemptError
-from gateway.relay import StreamRelay
-from gateway.request import ClientRequest, parse_chat, parse_completion
-from gateway.router import RouteDecision
-from gateway.shadow import answer_text
-from gateway.telemetry import (
+from gateway.ops.shadow import answer_text
+from gateway.ops.telemetry import (
     A_SLA,
     A_STATUS,
     A_TASK,
@@ -47,7 +43,11 @@ from gateway.telemetry import (
     S_REQ_MODEL,
     RequestRecord,
 )
-from gateway.tenants import Effective
+from gateway.server.app import GATEWAY, Gateway
+from gateway.tenancy.access import rate_headers
+from gateway.tenancy.limits import Admission
+from gateway.tenancy.tenants import Effective
+from gateway.upstream.pools import AttemptError
 
 _JSON = "application/json"
 _KNOWN = {

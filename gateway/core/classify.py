@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from gateway.core.request import ClientRequest
+from gateway.core.rules import Rules
 from gateway.errors import InvalidField, ModelNotFound
-from gateway.request import ClientRequest
-from gateway.rules import Rules
 
 H_TASK = "x-gateway-task"
 H_SLA = "x-gateway-sla"

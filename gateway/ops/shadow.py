@@ -19,13 +19,13 @@ from typing import Any
 
 import orjson
 
-from gateway.pools import AttemptError, Pools
-from gateway.request import ClientRequest
-from gateway.router import RouteDecision
-from gateway.store import Store, StoreUnavailable
-from gateway.telemetry import Telemetry
+from gateway.core.request import ClientRequest
+from gateway.core.router import RouteDecision
+from gateway.ops.telemetry import Telemetry
+from gateway.tenancy.store import Store, StoreUnavailable
+from gateway.upstream.pools import AttemptError, Pools
 
-log = logging.getLogger("gateway.shadow")
+log = logging.getLogger("gateway.ops.shadow")
 _WORD = re.compile(r"\w+", re.UNICODE)
 _PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 AGREE_AT = 0.6  # token F1 at or above which two answers count as agreeing

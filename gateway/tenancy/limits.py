@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
-from gateway.tenants import Policy
+from gateway.tenancy.tenants import Policy
 
 Denied = Literal["requests", "tokens", "concurrency", "budget"]
 SLOT_TTL_MS = 15 * 60 * 1000  # an in-flight slot nobody released expires after this

@@ -15,7 +15,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from gateway.checks import CHECK_NAMES, CheckSettings
+from gateway.checks.base import CHECK_NAMES, CheckSettings
 
 
 class _Strict(BaseModel):

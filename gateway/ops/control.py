@@ -18,10 +18,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gateway.rules import Rules, RulesError, parse_rules
-from gateway.store import Store, StoreUnavailable
+from gateway.core.rules import Rules, RulesError, parse_rules
+from gateway.tenancy.store import Store, StoreUnavailable
 
-log = logging.getLogger("gateway.rules")
+log = logging.getLogger("gateway.core.rules")
 
 
 class RulesControl:

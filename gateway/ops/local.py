@@ -23,9 +23,9 @@ from urllib.parse import urlsplit
 import aiohttp
 from aiohttp import web
 
-from gateway.rules import Rules
+from gateway.core.rules import Rules
 
-log = logging.getLogger("gateway.local")
+log = logging.getLogger("gateway.ops.local")
 SELF_CHECK_PROMPT = "Name three primary colors."
 
 

@@ -27,13 +27,13 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from gateway.dispatch import Dispatcher, Failure, Outcome, StreamStart, describe_fallback
+from gateway.core.request import ClientRequest
+from gateway.core.router import RouteDecision
+from gateway.dispatch.attempts import Dispatcher, Failure, Outcome, StreamStart, describe_fallback
 from gateway.errors import GatewayError, StreamBroken, error_body
 from gateway.headers import H_FALLBACK
-from gateway.pools import AttemptError
-from gateway.request import ClientRequest
-from gateway.router import RouteDecision
-from gateway.stream import StreamState, data_payloads
+from gateway.upstream.pools import AttemptError
+from gateway.upstream.sse import StreamState, data_payloads
 
 _DONE = b"data: [DONE]\n\n"
 

@@ -37,14 +37,14 @@ from tenacity import (
 )
 from tenacity.stop import stop_base
 
-from gateway.checks import Check, Output, RepetitionSettings, find_loop_start
+from gateway.checks.base import Check, Output, RepetitionSettings, find_loop_start
+from gateway.core.request import ClientRequest
+from gateway.core.router import RouteDecision
+from gateway.core.rules import Dispatch
 from gateway.errors import UpstreamFailed, UpstreamTimeout
-from gateway.pools import AttemptError, Pool, Pools, Replica
-from gateway.request import ClientRequest
-from gateway.router import RouteDecision
-from gateway.rules import Dispatch
-from gateway.stream import LiveChecks, SSEFramer, StreamState
-from gateway.telemetry import Telemetry
+from gateway.ops.telemetry import Telemetry
+from gateway.upstream.pools import AttemptError, Pool, Pools, Replica
+from gateway.upstream.sse import LiveChecks, SSEFramer, StreamState
 
 T = TypeVar("T")
 _PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}

@@ -17,8 +17,8 @@ import orjson
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gateway.app import GATEWAY, Gateway
-from gateway.checks import CHECK_NAMES
+from gateway.checks.base import CHECK_NAMES
+from gateway.core.rules import Rules, RulesError, cross_check
 from gateway.errors import (
     BadRequest,
     Conflicted,
@@ -31,9 +31,9 @@ from gateway.errors import (
     Unprocessable,
     error_body,
 )
-from gateway.rules import Rules, RulesError, cross_check
-from gateway.store import Conflict, Store, StoreUnavailable
-from gateway.tenants import (
+from gateway.server.app import GATEWAY, Gateway
+from gateway.tenancy.store import Conflict, Store, StoreUnavailable
+from gateway.tenancy.tenants import (
     ApiKey,
     Policy,
     Tenant,

@@ -35,7 +35,7 @@ from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, V
 from opentelemetry.sdk.resources import Resource
 from prometheus_client import CollectorRegistry, generate_latest
 
-from gateway.checks import Check, CheckResult, Output, RequestFacts, run_checks
+from gateway.checks.base import Check, CheckResult, Output, RequestFacts, run_checks
 
 # -- names -------------------------------------------------------------------------------------
 M_REQUESTS = "gateway_requests"

@@ -20,18 +20,18 @@ from pathlib import Path
 import orjson
 from aiohttp import web
 
-from gateway.access import Access
-from gateway.checks import build_checks
-from gateway.classify import Classifier
-from gateway.control import RulesControl
-from gateway.dispatch import Dispatcher
-from gateway.pools import Pools
-from gateway.router import Router
-from gateway.rules import Rules
+from gateway.checks.base import build_checks
+from gateway.core.classify import Classifier
+from gateway.core.router import Router
+from gateway.core.rules import Rules
+from gateway.dispatch.attempts import Dispatcher
+from gateway.ops.control import RulesControl
+from gateway.ops.shadow import Shadow
+from gateway.ops.telemetry import Telemetry
 from gateway.settings import Settings
-from gateway.shadow import Shadow
-from gateway.store import MemoryStore, RedisStore, Store
-from gateway.telemetry import Telemetry
+from gateway.tenancy.access import Access
+from gateway.tenancy.store import MemoryStore, RedisStore, Store
+from gateway.upstream.pools import Pools
 
 log = logging.getLogger("gateway")
 
@@ -165,8 +165,8 @@ def create_app(
     rules_text: str | None = None,
     store: Store | None = None,
 ) -> web.Application:
-    from gateway.admin import add_admin_routes  # the HTTP layer depends on this module
-    from gateway.api import add_routes
+    from gateway.admin.routes import add_admin_routes  # the HTTP layer depends on this module
+    from gateway.server.handlers import add_routes
 
     app = web.Application(client_max_size=settings.max_body_bytes)
     path = rules_path or settings.rules_path()

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import orjson
 
-from gateway.checks import RequestFacts
+from gateway.checks.base import RequestFacts
 from gateway.errors import InvalidField, InvalidJSON
 
 Kind = Literal["chat", "completions"]
