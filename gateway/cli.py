@@ -13,17 +13,16 @@ import argparse
 import asyncio
 import gc
 import sys
-from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 import orjson
 
+from gateway.core.explain import explain
 from gateway.core.rules import Rules, RulesError, load_rules
 from gateway.errors import GatewayError
 from gateway.ops.local import LocalEngines, installed, plan
 from gateway.settings import REPO_RULES, Settings, load_settings
-from gateway.tenancy.tenants import OPEN, Effective
+from gateway.tenancy.tenants import Effective
 
 
 def _load(path: Path) -> Rules:
@@ -136,40 +135,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
         f"{len(rules.tasks)} tasks, {len(rules.sla_classes)} SLA classes"
     )
     return 0
-
-
-def explain(
-    rules: Rules,
-    request: dict[str, Any],
-    eff: Effective | None = None,
-    health: dict[str, bool] | None = None,
-) -> dict[str, Any]:
-    """The routing decision for ``request`` as a JSON-able dict (nothing is sent)."""
-    from gateway.core.classify import Classifier
-    from gateway.core.request import parse_chat, parse_completion
-    from gateway.core.router import Router
-
-    if "body" in request and isinstance(request["body"], dict):
-        body, path = request["body"], request.get("path", "/v1/chat/completions")
-        headers = {str(k).lower(): str(v) for k, v in (request.get("headers") or {}).items()}
-    else:
-        body, path, headers = request, "/v1/chat/completions", {}
-    if "prompt" in body and "messages" not in body:
-        path = "/v1/completions"
-    parse = parse_completion if path.endswith("/v1/completions") else parse_chat
-    req = parse(orjson.dumps(body))
-    cls = Classifier(rules).classify(req, headers)
-    d = Router(rules).decide(cls, health or {}, eff or OPEN)
-    out = asdict(d)
-    out["cls"] = asdict(cls)
-    out["route_header"] = d.route_header
-    if eff is not None and eff.tenant_id is not None:
-        out["policy"] = {
-            name: {"value": getattr(eff.policy, name), "level": eff.who(name)}
-            for name in eff.source
-            if name != "rules"
-        }
-    return out
 
 
 def cmd_explain(args: argparse.Namespace) -> int:

@@ -25,6 +25,17 @@ class Settings(BaseSettings):
     rules: Path | None = Field(default=None, description="routing_rules.yaml to load")
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
+    admin_host: str = Field(default="127.0.0.1", description="the control plane's listener")
+    admin_port: int = Field(default=8081, ge=0, le=65535)
+    admin_url: str | None = Field(
+        default=None, description="where `gateway admin` finds the admin API"
+    )
+    workers: int | Literal["auto"] = Field(
+        default=1, description="data-plane processes sharing the ports; auto = CPUs"
+    )
+    drain_seconds: float = Field(
+        default=30.0, ge=0, le=3600, description="SIGTERM: finish in-flight requests for this long"
+    )
     redis_url: str | None = None
     redis_prefix: str = Field(default="gw:", min_length=1, max_length=64)
     redis_timeout: float = Field(default=0.5, gt=0, le=10, description="a slower Redis is down")
@@ -72,6 +83,18 @@ class Settings(BaseSettings):
         if self.admin_token is not None and len(self.admin_token.get_secret_value()) < 16:
             raise ValueError("GATEWAY_ADMIN_TOKEN must be at least 16 characters")
         return self
+
+    @field_validator("workers")
+    @classmethod
+    def _workers_positive(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and not 1 <= v <= 256:
+            raise ValueError("GATEWAY_WORKERS must be 1..256 or 'auto'")
+        return v
+
+    def worker_count(self) -> int:
+        if self.workers == "auto":
+            return max(1, os.cpu_count() or 1)
+        return self.workers
 
     @property
     def tenancy(self) -> bool:

@@ -18,6 +18,7 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gateway.checks.base import CHECK_NAMES
+from gateway.core.explain import explain as explain_request
 from gateway.core.rules import Rules, RulesError, cross_check
 from gateway.errors import (
     BadRequest,
@@ -401,8 +402,6 @@ class Admin:
 
     # -- explain --------------------------------------------------------------------------------
     async def explain(self) -> web.Response:
-        from gateway.cli import explain as explain_request
-
         body: ExplainIn = await _body(self.request, ExplainIn)
         eff = None
         if body.tenant_id is not None:

@@ -165,7 +165,6 @@ def create_app(
     rules_text: str | None = None,
     store: Store | None = None,
 ) -> web.Application:
-    from gateway.admin.routes import add_admin_routes  # the HTTP layer depends on this module
     from gateway.server.handlers import add_routes
 
     app = web.Application(client_max_size=settings.max_body_bytes)
@@ -180,6 +179,5 @@ def create_app(
         await gw.close()
 
     app.cleanup_ctx.append(lifespan)
-    add_admin_routes(app)
     add_routes(app)
     return app
