@@ -31,14 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from evals import report_util as ru
-from gateway.checks.base import (
-    CHECK_NAMES,
-    Check,
-    CheckSettings,
-    Output,
-    RequestFacts,
-    build_checks,
-)
+from gateway.checks.base import CHECK_NAMES, Check, Output, RequestFacts
+from gateway.checks.registry import build_checks
+from gateway.checks.settings import CheckSettings
 
 DATA = Path(__file__).resolve().parent / "data" / "checks_labelled.jsonl"
 

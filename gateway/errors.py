@@ -14,11 +14,13 @@ Every error a client can see is a ``GatewayError``; the api layer turns it into
     │   └── ModelNotFound         404 invalid_request_error / model_not_found
     ├── MethodNotAllowed          405 invalid_request_error / method_not_allowed
     ├── PayloadTooLarge           413 invalid_request_error / request_too_large
+    ├── UnsupportedEncoding       415 invalid_request_error / unsupported_content_encoding
     ├── Unprocessable             422 invalid_request_error / invalid_rules
     ├── RateLimited               429 requests|tokens / rate_limit_exceeded
     │   └── QuotaExceeded         429 insufficient_quota / insufficient_quota
     ├── Conflicted                409 invalid_request_error / conflict
     ├── ServiceUnavailable        503 api_error / store_unavailable
+    ├── InternalError             500 api_error / internal_error (a bug: logged with its stack)
     └── UpstreamFailed            502 upstream_error / all_tiers_failed (all tiers)
         ├── UpstreamTimeout       504 upstream_error / upstream_timeout (last: timeout)
         └── StreamBroken          (an SSE error event) upstream_error / stream_broken
@@ -93,6 +95,12 @@ class PayloadTooLarge(GatewayError):
     code = "request_too_large"
 
 
+class UnsupportedEncoding(GatewayError):
+    status = 415
+    type = "invalid_request_error"
+    code = "unsupported_content_encoding"
+
+
 class Unprocessable(GatewayError):
     status = 422
     type = "invalid_request_error"
@@ -133,6 +141,12 @@ class ServiceUnavailable(GatewayError):
     status = 503
     type = "api_error"
     code = "store_unavailable"
+
+
+class InternalError(GatewayError):
+    status = 500
+    type = "api_error"
+    code = "internal_error"
 
 
 class UpstreamFailed(GatewayError):

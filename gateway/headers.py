@@ -5,3 +5,6 @@ H_ROUTE = "x-gateway-route"
 H_FALLBACK = "x-gateway-fallback"  # also a trailing SSE comment once a stream's headers are gone
 H_OVERHEAD = "x-gateway-overhead-ms"
 H_REQUEST_ID = "x-request-id"
+H_BACKOFF = "x-gateway-backoff-ms"  # deliberate waits before retrying a tier (not overhead)
+H_CHECKS_FAILED = "x-gateway-checks-failed"  # the last tier's answer failed this check
+H_SHOULD_RETRY = "x-should-retry"  # "false" once every tier was tried (the openai SDKs obey it)

@@ -56,6 +56,9 @@ class Settings(BaseSettings):
         description="start the local CPU engines for tiers on 127.0.0.1 ports nobody answers",
     )
     rules_watch_interval: float = Field(default=1.0, ge=0, description="0: don't watch the file")
+    body_timeout: float = Field(
+        default=30.0, gt=0, le=3600, description="a request body must arrive within this"
+    )
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024, le=512 * 1024 * 1024)
     # tier/pool name (lower case) -> base URLs; filled from GATEWAY_POOL_<NAME>_URLS
     pool_urls: dict[str, tuple[str, ...]] = Field(default_factory=dict)

@@ -1,4 +1,4 @@
-"""Tests for gateway.checks.base: every check passing and failing, table-driven."""
+"""Tests for gateway.checks: every check passing and failing, table-driven."""
 
 from __future__ import annotations
 
@@ -13,27 +13,29 @@ from pydantic import ValidationError
 
 from gateway.checks.base import (
     CHECK_NAMES,
-    DEFAULT_TEMPLATE_TOKENS,
     MAX_REASON_CHARS,
     PASS_CACHE,
     CheckResult,
-    CheckSettings,
-    JsonParseMemo,
-    JsonSchemaCheck,
     Output,
-    RefusalCheck,
-    RefusalSettings,
-    RepetitionCheck,
-    RepetitionSettings,
     RequestFacts,
-    SchemaValidators,
-    TemplateLeakCheck,
-    TemplateLeakSettings,
-    ToolCallValidCheck,
-    build_checks,
-    find_loop_start,
     run_checks,
 )
+from gateway.checks.registry import build_checks
+from gateway.checks.repetition import RepetitionCheck, find_loop_start
+from gateway.checks.settings import (
+    DEFAULT_TEMPLATE_TOKENS,
+    CheckSettings,
+    RefusalSettings,
+    RepetitionSettings,
+    TemplateLeakSettings,
+)
+from gateway.checks.structured import (
+    JsonParseMemo,
+    JsonSchemaCheck,
+    SchemaValidators,
+    ToolCallValidCheck,
+)
+from gateway.checks.text import RefusalCheck, TemplateLeakCheck
 
 # --------------------------------------------------------------------------------------------
 # Fixtures: texts

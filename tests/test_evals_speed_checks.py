@@ -19,7 +19,7 @@ import pytest
 
 from evals import checks_eval, speed
 from evals.data import build_checks_set
-from gateway.checks.base import CHECK_NAMES
+from gateway.checks.registry import CHECK_NAMES
 from tests.conftest import Proc, free_port
 
 # (TP, FP, FN, TN) of each check on evals/data/checks_labelled.jsonl (198 cases), as measured.

@@ -35,7 +35,8 @@ from typing import Any
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from evals.bench.common import chat_body
-from gateway.checks.base import Output, RequestFacts, build_checks, run_checks
+from gateway.checks.base import Output, RequestFacts, run_checks
+from gateway.checks.registry import build_checks
 from gateway.core.classify import Classifier
 from gateway.core.request import ClientRequest, parse_chat
 from gateway.core.router import RouteDecision, Router

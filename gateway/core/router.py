@@ -30,6 +30,7 @@ class RouteDecision:
     reason: str  # human-readable, ASCII: goes into x-gateway-route
     cls: Classification
     hold_back: bool = True  # streams: hold the first tokens back while early checks run
+    on_last_failure: str = "deliver"  # the last tier failed a check: "deliver" or "error"
 
     @property
     def route_header(self) -> str:
@@ -114,19 +115,25 @@ class Router:
             why.append(f"unavailable: {','.join(skipped)}")
         if not tiers:
             tiers = chain[-1:]
-        checks = rule.checks
-        if p.checks_drop:
-            checks = tuple(x for x in checks if x not in p.checks_drop)
-        if p.checks_add:
-            checks = (*checks, *(x for x in p.checks_add if x not in checks))
         sla = self._rules.sla_classes[c.sla]
         return RouteDecision(
             name,
             tiers,
-            checks,
+            _checks(rule.checks, eff),
             sla.deadline,
             sla.ttft_budget,
             " ".join(why),
             c,
             rule.hold_back,
+            rule.on_last_failure,
         )
+
+
+def _checks(checks: tuple[str, ...], eff: Effective) -> tuple[str, ...]:
+    """The route's checks less the tenant's ``checks_drop``, plus its ``checks_add``."""
+    p = eff.policy
+    if p.checks_drop:
+        checks = tuple(x for x in checks if x not in p.checks_drop)
+    if p.checks_add:
+        checks = (*checks, *(x for x in p.checks_add if x not in checks))
+    return checks

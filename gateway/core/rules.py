@@ -15,7 +15,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from gateway.checks.base import CHECK_NAMES, CheckSettings
+from gateway.checks.base import CHECK_NAMES
+from gateway.checks.settings import CheckSettings
 
 
 class _Strict(BaseModel):
@@ -72,6 +73,11 @@ class Tier(_Strict):
     request_defaults: dict[str, Any] = Field(
         default_factory=dict,
         description="request fields this tier sets when the client did not (e.g. sampling)",
+    )
+    upstream_stream: bool = Field(
+        default=True,
+        description="ask this tier's engines for a stream even when the client did not, so "
+        "first-token, stall and loop checks act during generation",
     )
     max_connections: int = Field(default=1000, ge=1, description="per replica")
     keepalive: float = Field(
@@ -146,6 +152,11 @@ class Route(_Strict):
     fallback: tuple[str, ...] = ()
     checks: tuple[str, ...] = ()
     hold_back: bool = Field(default=True, description="use the tiers' stream hold-back window")
+    on_last_failure: Literal["deliver", "error"] = Field(
+        default="deliver",
+        description="the last tier's answer failed a check: deliver it (with "
+        "x-gateway-checks-failed) or answer with an error",
+    )
 
 
 class Rule(Route):
@@ -154,9 +165,17 @@ class Rule(Route):
 
 
 class Dispatch(_Strict):
-    backoff_initial: float = Field(default=0.02, ge=0, description="seconds before 2nd attempt")
+    backoff_initial: float = Field(
+        default=0.02, ge=0, description="seconds before retrying the same tier"
+    )
     backoff_max: float = Field(default=0.5, ge=0)
     backoff_jitter: float = Field(default=0.02, ge=0)
+    same_tier_retries: int = Field(
+        default=1, ge=0, le=3, description="retries of a tier after a reset, 500, 502, 503, 429"
+    )
+    reserve_floor: float = Field(
+        default=2.0, ge=0, description="seconds of the deadline always kept for the next tier"
+    )
 
 
 def _auto_only() -> dict[str, str | None]:

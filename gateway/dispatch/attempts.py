@@ -1,19 +1,22 @@
 """The attempt loop: the gateway's one retry layer.
 
-Given a :class:`RouteDecision`, try its tiers in order within the request's deadline.
-An attempt fails on a 5xx/429/408 answer, a connection error, a timeout (time to
-first token for streams, total for everything), a body that is not the JSON we
-expect, or a failed quality check; the next tier is then tried after a capped,
-jittered backoff from tenacity, never past the deadline. The answer that failed its
-check is dropped: the client never receives it. Upstream 4xx answers (other than
-408/429) are the request's own fault and end the loop at once.
+Given a :class:`Call`, try its tiers in order within the request's deadline:
 
-The first attempt runs outside tenacity (its bookkeeping costs ~30 us, the first
-attempt needs none of it); tenacity owns every retry after that.
+* Each attempt may use what is left of the deadline minus a reserve for the tiers after
+  it (:mod:`gateway.dispatch.budget`), so a fallback always has time to answer.
+* An attempt fails on a 5xx/429/408 answer, a connection error, a timeout (first token,
+  stall, its budget), a malformed answer, or a failed quality check. The next tier is
+  tried at once: waiting helps the tier that failed, not the other one.
+* A transient fault (a reset, 500, 502, 503, 429) is retried once on the same tier after
+  a short jittered wait, or the engine's ``Retry-After``, when the budget allows;
+  tenacity owns those waits. The time waited is reported, not counted as overhead.
+* An engine's other 4xx is the request's own fault: relayed, never retried.
+* When the last tier fails a check, the rule says what happens (``on_last_failure``):
+  ``deliver`` the answer with ``x-gateway-checks-failed``, or answer with an error.
 
-Streams: an attempt succeeds once the first SSE data event has arrived and is not an
-error; everything up to that point can still fall back. What follows the first
-byte sent to the client is the api layer's business.
+Engines are asked for a stream even when the client did not want one (per tier,
+``upstream_stream``), so the first-token budget, stall limit and live checks act while
+tokens are generated; the client's JSON is assembled from the events.
 """
 
 from __future__ import annotations
@@ -22,156 +25,47 @@ import asyncio
 import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import aiohttp
 import orjson
 from opentelemetry import trace
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_exponential_jitter,
-)
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 from tenacity.stop import stop_base
 
-from gateway.checks.base import Check, Output, RepetitionSettings, find_loop_start
+from gateway.checks.base import Check
+from gateway.checks.settings import RepetitionSettings
 from gateway.core.request import ClientRequest
 from gateway.core.router import RouteDecision
 from gateway.core.rules import Dispatch
+from gateway.dispatch.budget import LatencyBook, reserve
+from gateway.dispatch.call import Call
+from gateway.dispatch.complete import Completer
+from gateway.dispatch.continuation import Continuer
+from gateway.dispatch.opening import Opening, StreamOpener
+from gateway.dispatch.outcome import Failure, Outcome, Trail
+from gateway.dispatch.relay import StreamRelay
 from gateway.errors import UpstreamFailed, UpstreamTimeout
 from gateway.ops.telemetry import Telemetry
-from gateway.upstream.pools import AttemptError, Pool, Pools, Replica
-from gateway.upstream.sse import LiveChecks, SSEFramer, StreamState
+from gateway.upstream.pools import Pool, Pools
+from gateway.upstream.transport import AttemptError
 
 T = TypeVar("T")
-_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+Attempt = Callable[[str, Opening], Awaitable[T]]
 _MIN_ATTEMPT_S = 0.05  # no point starting an attempt with less time than this left
 
 
-@dataclass(slots=True)
-class Failure:
-    tier: str
-    kind: str
-    detail: str
-    timeout: bool
-    seconds: float = 0.0
-
-    def short(self) -> str:
-        return f"{self.tier}:{self.kind}"
-
-
-@dataclass(slots=True)
-class StreamStart:
-    """An upstream stream past its first token (and hold-back window): ``head`` holds the
-    complete events read so far, not yet sent to the client."""
-
-    resp: aiohttp.ClientResponse
-    head: bytes
-    framer: SSEFramer
-    state: StreamState
-    live: LiveChecks
-    pool: Pool
-    replica: Replica
-
-    def finish(self, ok: bool) -> None:
-        """The stream is over: free the replica slot; an upstream fault counts against it."""
-        self.replica.in_flight -= 1
-        if not ok:
-            self.pool.record(False)
-
-
-@dataclass(slots=True)
-class Outcome:
-    tier: str
-    body: bytes  # non-stream: the upstream's JSON, untouched
-    stream: StreamStart | None
-    failures: list[Failure] = field(default_factory=list)
-    upstream_s: float = 0.0  # time spent waiting on engines (for x-gateway-overhead-ms)
-    usage: dict[str, Any] | None = None  # the engine's usage report (non-stream)
-    ok_attempt_s: float | None = None  # how long the attempt that answered took
-
-    @property
-    def fallback(self) -> str | None:
-        return describe_fallback(self.failures, self.tier)
-
-
-def describe_fallback(failures: list[Failure], tier: str) -> str | None:
-    """Why we fell back (x-gateway-fallback): ``highspeed:check_repetition (...) -> standard``."""
-    if not failures:
-        return None
-    return "; ".join(f"{f.short()} ({f.detail[:80]})" for f in failures) + f" -> {tier}"
-
-
-def _outputs(kind: str, payload: Any) -> list[Output]:
-    if not isinstance(payload, dict):
-        raise AttemptError("bad_body", "answer is not a JSON object")
-    choices = payload.get("choices")
-    if not isinstance(choices, list) or not choices:
-        raise AttemptError("bad_body", "answer has no choices")
-    outs = []
-    for ch in choices:
-        if not isinstance(ch, dict):
-            raise AttemptError("bad_body", "a choice is not an object")
-        if kind == "chat":
-            msg = ch.get("message") or {}
-            text = msg.get("content") or ""
-            calls = msg.get("tool_calls") or []
-        else:
-            text, calls = ch.get("text") or "", []
-        if not isinstance(text, str) or not isinstance(calls, list):
-            raise AttemptError("bad_body", "content or tool_calls of the wrong type")
-        outs.append(Output(text=text, finish_reason=ch.get("finish_reason"), tool_calls=calls))
-    return outs
-
-
-def continuation_body(
-    req: ClientRequest, pool: Pool, prefix: str, sent_tokens: int
-) -> bytes | None:
-    """The request that asks ``pool`` to continue the assistant text ``prefix``.
-
-    Chat: the prefix becomes a trailing assistant message, rendered unclosed by the
-    engine's chat template so that the model continues it: ``continue_final_message``
-    sends SGLang's flag; ``continue_final_message_no_gen`` adds
-    ``add_generation_prompt: false``, which vLLM and llama.cpp's server require with it;
-    ``prefill`` sends the message alone (llama.cpp's server continues a trailing
-    assistant message by itself). Some engines answer with the prefix repeated in front
-    (llama.cpp does); the relay strips it. Text completions: the prefix is appended to
-    the prompt. Usage is always requested, to add both tiers up.
-    """
-    style = pool.tier.continuation
-    if style == "off":
-        return None
-    body = {**pool.tier.request_defaults, **req.body}
-    body["model"] = pool.model
-    if req.kind == "chat":
-        body["messages"] = [*req.body["messages"], {"role": "assistant", "content": prefix}]
-        if style.startswith("continue_final_message"):
-            body["continue_final_message"] = True
-        if style == "continue_final_message_no_gen":
-            body["add_generation_prompt"] = False
-    else:
-        prompt = body.get("prompt")
-        if not isinstance(prompt, str):
-            return None
-        body["prompt"] = prompt + prefix
-    body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
-    for key in ("max_tokens", "max_completion_tokens"):
-        if isinstance(body.get(key), int):
-            body[key] = max(1, body[key] - sent_tokens)
-    return orjson.dumps(body)
-
-
 class _StopAt(stop_base):
-    """Stop retrying when too little of the request's deadline is left for an attempt."""
+    """Stop retrying when too little of the attempt's budget is left."""
 
-    def __init__(self, deadline_at: float):
-        self.deadline_at = deadline_at
+    def __init__(self, until: float):
+        self.until = until
 
     def __call__(self, retry_state: RetryCallState) -> bool:
-        return self.deadline_at - time.monotonic() < _MIN_ATTEMPT_S
+        return self.until - time.monotonic() < _MIN_ATTEMPT_S
+
+
+def _transient(exc: BaseException) -> bool:
+    return isinstance(exc, AttemptError) and exc.transient
 
 
 class Dispatcher:
@@ -184,313 +78,128 @@ class Dispatcher:
         telemetry: Telemetry,
     ):
         self._tel = telemetry
-        self._repetition = repetition
         self._pools = pools
         self._checks = checks
         self._cfg = cfg
-        self._wait = wait_exponential_jitter(
-            multiplier=cfg.backoff_initial, max=cfg.backoff_max, jitter=cfg.backoff_jitter
-        )
+        self.book = LatencyBook()
+        self._opener = StreamOpener(telemetry)
+        self._completer = Completer(self._opener, telemetry)
+        self._repetition = repetition
 
-    # -- public --------------------------------------------------------------------------
-    async def complete(
-        self, req: ClientRequest, d: RouteDecision, deadline_at: float, affinity: int
-    ) -> Outcome:
-        checks = [self._checks[n] for n in d.checks]
-        upstream = [0.0]
-        usage: list[dict[str, Any] | None] = [None]
+    def call(self, req: ClientRequest, d: RouteDecision, deadline_at: float) -> Call:
+        return Call(req, d, deadline_at, tuple(self._checks[n] for n in d.checks))
 
-        async def attempt(tier: str) -> bytes:
+    # -- the two entry points -----------------------------------------------------------------
+    async def complete(self, call: Call) -> Outcome:
+        trail = Trail()
+
+        async def attempt(tier: str, how: Opening) -> tuple[bytes, dict[str, Any] | None]:
+            return await self._completer.complete(call, self._pools[tier], how, trail)
+
+        tier, (body, usage) = await self._run(call, call.d.tiers, attempt, trail)
+        return Outcome(tier, body, trail, usage)
+
+    async def stream(self, call: Call) -> StreamRelay:
+        """A stream past its first token, ready to be relayed (by the caller, to its sink)."""
+        trail = Trail()
+
+        async def attempt(tier: str, how: Opening) -> Any:
             pool = self._pools[tier]
-            remaining = deadline_at - time.monotonic()
-            body = self._body(req, pool)
-            rep = pool.choose(affinity)
-            rep.in_flight += 1
-            t0 = time.perf_counter()
+            return await self._opener.open(call, pool, self.body(call.req, pool), how, trail)
+
+        tier, start = await self._run(call, call.d.tiers, attempt, trail)
+        cont = Continuer(call, self._pools, self._opener, self._run, self._repetition)
+        return StreamRelay(call, tier, start, trail, cont)
+
+    # -- the loop -------------------------------------------------------------------------------
+    async def _run(
+        self, call: Call, tiers: tuple[str, ...], attempt: Attempt[T], trail: Trail
+    ) -> tuple[str, T]:
+        """Try ``tiers`` in order; the first answer wins. Raises when every tier failed."""
+        last_error = AttemptError("deadline", "no time left for an attempt", timeout=True)
+        for i, tier in enumerate(tiers):
+            later = tiers[i + 1 :]
+            floor = self._cfg.reserve_floor
+            until = call.deadline_at - reserve(self.book, later, call.req.stream, floor)
+            if until - time.monotonic() < _MIN_ATTEMPT_S:
+                continue
+            how = Opening(self._hold(call, tier), until, not later, call.req.stream)
             try:
-                data = await pool.post(
-                    rep, _PATHS[req.kind], body, pool.timeout(remaining, stream=False)
-                )
+                return tier, await self._tier(tier, attempt, how, trail)
             except AttemptError as e:
-                pool.record(not e.retryable)
-                raise
-            finally:
-                rep.in_flight -= 1
-                upstream[0] += time.perf_counter() - t0
-            try:
-                payload = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                pool.record(False)
-                raise AttemptError("bad_body", "answer is not JSON") from None
-            outs = _outputs(req.kind, payload)
-            usage[0] = payload.get("usage")
-            pool.record(True)
-            for out in outs:
-                bad = self._tel.run_checks(checks, out, req.facts)
-                if bad is not None:
-                    raise AttemptError(f"check_{bad.check}", bad.reason)
-            return data
+                last_error = e
+                if not e.retryable:
+                    break
+        raise self._give_up(last_error, trail)
 
-        tier, data, failures, ok_s = await self._run(d.tiers, attempt, deadline_at)
-        return Outcome(tier, data, None, failures, upstream[0], usage[0], ok_s)
-
-    async def stream(
-        self, req: ClientRequest, d: RouteDecision, deadline_at: float, affinity: int
-    ) -> Outcome:
-        checks = [self._checks[n] for n in d.checks]
-        upstream = [0.0]
-
-        async def attempt(tier: str) -> StreamStart:
-            pool = self._pools[tier]
-            body = self._body(req, pool)
-            hold = pool.tier.stream.hold_back_tokens if d.hold_back else 0
-            return await self._open(
-                req, d, pool, body, affinity, deadline_at, checks, hold, upstream
-            )
-
-        tier, start, failures, ok_s = await self._run(d.tiers, attempt, deadline_at)
-        return Outcome(tier, b"", start, failures, upstream[0], None, ok_s)
-
-    async def continuation(
-        self,
-        req: ClientRequest,
-        d: RouteDecision,
-        after: str,
-        prefix: str,
-        sent_tokens: int,
-        deadline_at: float,
-        affinity: int,
-    ) -> Outcome:
-        """A stream from the tiers after ``after`` that continues the assistant ``prefix``."""
-        tiers = d.tiers[d.tiers.index(after) + 1 :]
-        checks = [self._checks[n] for n in d.checks]
-        upstream = [0.0]
-
-        async def attempt(tier: str) -> StreamStart:
-            pool = self._pools[tier]
-            body = continuation_body(req, pool, prefix, sent_tokens)
-            if body is None:
-                raise AttemptError(
-                    "no_continuation", f"tier {tier} cannot continue this stream", retryable=True
-                )
-            return await self._open(req, d, pool, body, affinity, deadline_at, checks, 0, upstream)
-
-        if not tiers:
-            self._give_up(AttemptError("no_continuation", "no tier left"), [])
-        tier, start, failures, ok_s = await self._run(tiers, attempt, deadline_at)
-        return Outcome(tier, b"", start, failures, upstream[0], None, ok_s)
-
-    def loop_start(self, state: StreamState) -> int | None:
-        """Where the loop in a stream's text begins (the clean text is before it)."""
-        return find_loop_start(state.text(), self._repetition)
-
-    def can_continue(self, req: ClientRequest, d: RouteDecision, after: str) -> bool:
-        if req.kind == "completions" and not isinstance(req.body.get("prompt"), str):
-            return False
-        if req.body.get("n", 1) not in (1, None):
-            return False
-        later = d.tiers[d.tiers.index(after) + 1 :]
-        return any(self._pools[t].tier.continuation != "off" for t in later)
-
-    async def _open(
-        self,
-        req: ClientRequest,
-        d: RouteDecision,
-        pool: Pool,
-        body: bytes,
-        affinity: int,
-        deadline_at: float,
-        checks: list[Check],
-        hold: int,
-        upstream: list[float],
-    ) -> StreamStart:
-        """Open a stream; return it once its first token (and hold-back window) passed."""
-        remaining = deadline_at - time.monotonic()
-        ttft = min(pool.tier.timeouts.ttft, d.ttft_budget, remaining)
-        cfg = pool.tier.stream
-        rep = pool.choose(affinity)
-        framer, state = SSEFramer(), StreamState(req.kind == "chat")
-        live = LiveChecks(checks, req.facts, cfg.check_every_chars, cfg.check_window_chars)
-        head: list[bytes] = []
-        t0 = time.perf_counter()
-        rep.in_flight += 1
-        resp = None
+    async def _tier(self, tier: str, attempt: Attempt[T], how: Opening, trail: Trail) -> T:
+        """One tier: an attempt, and after a transient fault, a retry if the budget allows."""
         try:
-            async with asyncio.timeout(ttft):
-                resp = await pool.open_stream(
-                    rep, _PATHS[req.kind], body, pool.timeout(remaining, stream=True)
-                )
-                await self._first_token(resp, framer, state, head)
-            # nothing goes out unchecked: the first read may already hold many tokens
-            bad = live.maybe_run(state)
-            if bad is None and hold:
-                if state.tokens < hold and not state.done:
-                    await self._hold_back(resp, framer, state, head, live, hold, cfg.hold_back_ms)
-                if state.done:  # all of it is here: every check of the rule
-                    bad = self._tel.run_checks(checks, state.output(), req.facts)
-                else:
-                    bad = live.run(state)
-            if bad is not None:
-                raise AttemptError(f"check_{bad.check}", bad.reason)
-        except TimeoutError:
-            self._abandon(resp, rep)
-            pool.record(False)
-            raise AttemptError(
-                "timeout_ttft", f"no first token within {ttft:.2f}s", timeout=True
-            ) from None
+            return await self._timed(tier, attempt, how, trail)
         except AttemptError as e:
-            self._abandon(resp, rep)
-            pool.record(not e.retryable or e.kind.startswith("check_"))
-            raise
-        except BaseException:
-            self._abandon(resp, rep)
-            raise
-        finally:
-            upstream[0] += time.perf_counter() - t0
-        pool.record(True)
-        assert resp is not None
-        return StreamStart(resp, b"".join(head), framer, state, live, pool, rep)
+            wait = self._wait(e)
+            if not (e.transient and self._cfg.same_tier_retries):
+                raise
+            if time.monotonic() + wait + _MIN_ATTEMPT_S > how.until:
+                raise
+        await self._sleep(wait, trail)
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self._cfg.same_tier_retries) | _StopAt(how.until),
+            wait=lambda s: self._wait(s.outcome.exception() if s.outcome else None),
+            retry=retry_if_exception(_transient),
+            sleep=lambda s: self._sleep(s, trail),
+            reraise=True,
+        )
+        async for a in retrying:
+            with a:
+                return await self._timed(tier, attempt, how, trail)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _wait(self, e: BaseException | None) -> float:
+        if isinstance(e, AttemptError) and e.retry_after is not None:
+            return e.retry_after
+        return self._cfg.backoff_initial + random.uniform(0, self._cfg.backoff_jitter)
 
     @staticmethod
-    def _abandon(resp: aiohttp.ClientResponse | None, rep: Replica) -> None:
-        rep.in_flight -= 1
-        if resp is not None:
-            resp.close()  # drop the connection: the engine stops generating
+    async def _sleep(seconds: float, trail: Trail) -> None:
+        trail.backoff_s += seconds
+        await asyncio.sleep(seconds)
 
-    @staticmethod
-    async def _pull(
-        resp: aiohttp.ClientResponse, framer: SSEFramer, state: StreamState, head: list[bytes]
-    ) -> bool:
-        """One read into ``head``; True when it carried a token. Raises on a dead stream."""
-        try:
-            chunk = await resp.content.readany()
-        except aiohttp.ClientError as e:
-            raise AttemptError("stream_cut", str(e)[:160] or type(e).__name__) from None
-        if not chunk:
-            raise AttemptError("stream_cut", "stream ended without [DONE]")
-        complete, payloads = framer.feed(chunk)
-        token = False
-        for p in payloads:
-            token = state.feed(p) or token
-        if complete:
-            head.append(complete)
-        return token
-
-    @classmethod
-    async def _first_token(
-        cls,
-        resp: aiohttp.ClientResponse,
-        framer: SSEFramer,
-        state: StreamState,
-        head: list[bytes],
-    ) -> None:
-        """Read until a token arrives; a stream that ends before one is a failure."""
-        while not await cls._pull(resp, framer, state, head):
-            if state.done:
-                raise AttemptError("stream_empty", "stream ended before the first token")
-
-    async def _hold_back(
-        self,
-        resp: aiohttp.ClientResponse,
-        framer: SSEFramer,
-        state: StreamState,
-        head: list[bytes],
-        live: LiveChecks,
-        tokens: int,
-        ms: float,
-    ) -> None:
-        """Keep reading until ``tokens`` tokens, ``ms`` ms or the end; run live checks."""
-        loop = asyncio.get_running_loop()
-        until = loop.time() + ms / 1000 if ms > 0 else None
-        try:
-            async with asyncio.timeout_at(until):
-                while state.tokens < tokens and not state.done:
-                    await self._pull(resp, framer, state, head)
-                    bad = live.maybe_run(state)
-                    if bad is not None:
-                        raise AttemptError(f"check_{bad.check}", bad.reason)
-        except TimeoutError:
-            pass  # the window's time is up: what we hold so far goes out
-
-    # -- internals -----------------------------------------------------------------------
-    @staticmethod
-    def _body(req: ClientRequest, pool: Pool) -> bytes:
-        req.body["model"] = pool.model
-        defaults = pool.tier.request_defaults
-        if defaults:  # the tier's own generation settings, where the client set none
-            return orjson.dumps({**defaults, **req.body})
-        return orjson.dumps(req.body)
-
-    async def _timed(
-        self,
-        tier: str,
-        attempt: Callable[[str], Awaitable[T]],
-        failures: list[Failure],
-        ok: list[float],
-    ) -> T:
+    async def _timed(self, tier: str, attempt: Attempt[T], how: Opening, trail: Trail) -> T:
         t0 = time.perf_counter()
         with self._tel.span(
             f"attempt {tier}", {"gateway.tier": tier}, kind=trace.SpanKind.CLIENT
         ) as span:
             try:
-                value = await attempt(tier)
+                value = await attempt(tier, how)
             except AttemptError as e:
-                failures.append(
+                trail.failures.append(
                     Failure(tier, e.kind, e.detail, e.timeout, time.perf_counter() - t0)
                 )
                 span.set_attribute("gateway.attempt.outcome", e.kind)
                 raise
-            ok.append(time.perf_counter() - t0)
-            return value
+        trail.ok_attempt_s = time.perf_counter() - t0
+        self.book.add(tier, how.stream, trail.ok_attempt_s)
+        return value
 
-    async def _run(
-        self, tiers: tuple[str, ...], attempt: Callable[[str], Awaitable[T]], deadline_at: float
-    ) -> tuple[str, T, list[Failure], float]:
-        failures: list[Failure] = []
-        ok: list[float] = []
-        try:
-            return tiers[0], await self._timed(tiers[0], attempt, failures, ok), failures, ok[0]
-        except AttemptError as e:
-            if not e.retryable or len(tiers) == 1:
-                self._give_up(e, failures)
-        rest = iter(tiers[1:])
-
-        def retryable(exc: BaseException) -> bool:
-            return isinstance(exc, AttemptError) and exc.retryable
-
-        def wait(state: RetryCallState) -> float:
-            return max(0.0, min(self._wait(state), deadline_at - time.monotonic() - _MIN_ATTEMPT_S))
-
-        first_wait = min(
-            self._cfg.backoff_initial + random.uniform(0, self._cfg.backoff_jitter),
-            self._cfg.backoff_max,
-            deadline_at - time.monotonic() - _MIN_ATTEMPT_S,
-        )
-        if first_wait < 0:
-            self._give_up(AttemptError("deadline", "deadline reached", timeout=True), failures)
-        await asyncio.sleep(first_wait)
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(len(tiers) - 1) | _StopAt(deadline_at),
-            wait=wait,
-            retry=retry_if_exception(retryable),
-            reraise=True,
-        )
-        try:
-            async for a in retrying:
-                with a:
-                    tier = next(rest)
-                    value = await self._timed(tier, attempt, failures, ok)
-                    return tier, value, failures, ok[0]
-        except AttemptError as e:
-            self._give_up(e, failures)
-        raise AssertionError("unreachable")  # pragma: no cover
+    def _hold(self, call: Call, tier: str) -> int:
+        if not call.req.stream or not call.d.hold_back:
+            return 0
+        return self._pools[tier].tier.stream.hold_back_tokens
 
     @staticmethod
-    def _give_up(last: AttemptError, failures: list[Failure]) -> None:
+    def body(req: ClientRequest, pool: Pool) -> bytes:
+        """The client's body for this tier: its model, and its defaults where the client set
+        none (the client's own dict is never changed)."""
+        defaults = pool.tier.request_defaults
+        return orjson.dumps({**defaults, **req.body, "model": pool.model})
+
+    @staticmethod
+    def _give_up(last: AttemptError, trail: Trail) -> Exception:
         if not last.retryable and last.status is not None and last.body is not None:
-            raise last  # a client error from the engine: relayed as it is
-        what = "; ".join(f"{f.tier}: {f.kind} ({f.detail})" for f in failures)
+            return last  # a client error from the engine: relayed as it is
+        what = "; ".join(f"{f.tier}: {f.kind}" for f in trail.failures) or last.kind
         msg = f"Every tier failed: {what}."
-        if failures and failures[-1].timeout:
-            raise UpstreamTimeout(msg)
-        raise UpstreamFailed(msg)
+        if trail.failures and trail.failures[-1].timeout:
+            return UpstreamTimeout(msg)
+        return UpstreamFailed(msg)

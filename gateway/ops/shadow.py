@@ -15,6 +15,8 @@ import logging
 import random
 import re
 import time
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import orjson
@@ -23,12 +25,21 @@ from gateway.core.request import ClientRequest
 from gateway.core.router import RouteDecision
 from gateway.ops.telemetry import Telemetry
 from gateway.tenancy.store import Store, StoreUnavailable
-from gateway.upstream.pools import AttemptError, Pools
+from gateway.upstream.pools import Pools
+from gateway.upstream.transport import AttemptError
 
 log = logging.getLogger("gateway.ops.shadow")
 _WORD = re.compile(r"\w+", re.UNICODE)
-_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+_PATHS = MappingProxyType({"chat": "/v1/chat/completions", "completions": "/v1/completions"})
 AGREE_AT = 0.6  # token F1 at or above which two answers count as agreeing
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """The answer the client got: which tier gave it, and its text."""
+
+    tier: str
+    text: str
 
 
 def token_f1(a: str, b: str) -> float:
@@ -89,11 +100,12 @@ class Shadow:
         req: ClientRequest,
         body: dict[str, Any],
         d: RouteDecision,
-        tier: str,
-        answer: str,
+        served: Served,
         against: str,
         tenant: str | None,
     ) -> None:
+        """Ask tier ``against`` the same request and record how its answer compares."""
+        tier, answer = served.tier, served.text
         pool = self._pools[against]
         body = {**body, "model": pool.model, "stream": False}
         body.pop("stream_options", None)
@@ -103,7 +115,7 @@ class Shadow:
                 pool.choose(req.affinity),
                 _PATHS[req.kind],
                 orjson.dumps(body),
-                pool.timeout(pool.tier.timeouts.total, stream=False),
+                pool.limits(pool.tier.timeouts.total, stream=False),
             )
             other = answer_text(req.kind, orjson.loads(data))
         except (AttemptError, orjson.JSONDecodeError) as e:

@@ -1,9 +1,8 @@
-"""Upstream pools: replicas of one tier, their HTTP client, choice and circuit breaker.
+"""Upstream pools: replicas of one tier, replica choice, health and circuit breaker.
 
-The only module that knows upstream URLs. One pooled keep-alive ``aiohttp`` session
-per pool; it never retries on its own (the dispatcher is the one retry layer). Every
-failure is raised as an :class:`AttemptError` that says whether another tier may be
-tried (``retryable``) and whether it was a timeout.
+The only module that knows upstream URLs. Each pool talks to its replicas through a
+:class:`~gateway.upstream.transport.Transport` (the real one is aiohttp; tests pass an
+in-memory one).
 
 Replica choice: requests that share a prompt prefix go to the same replica (so the
 engine's radix/prefix cache hits) unless that replica is clearly more loaded than the
@@ -23,39 +22,20 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-
-import aiohttp
+from types import MappingProxyType
 
 from gateway.core.rules import Tier
+from gateway.upstream.transport import (
+    AttemptError,
+    HttpTransport,
+    Timeouts,
+    Transport,
+    UpstreamStream,
+)
 
 log = logging.getLogger("gateway.upstream.pools")
-
-_SKIP_HEADERS = ("Accept-Encoding", "User-Agent")
-_JSON = {"Content-Type": "application/json"}
-_MAX_ERROR_BODY = 64 * 1024
-
-
-class AttemptError(Exception):
-    """One attempt on one tier failed. ``kind`` is short and ASCII (it goes into headers)."""
-
-    def __init__(
-        self,
-        kind: str,
-        detail: str,
-        *,
-        retryable: bool = True,
-        timeout: bool = False,
-        status: int | None = None,
-        body: bytes | None = None,
-    ):
-        super().__init__(f"{kind}: {detail}")
-        self.kind = kind
-        self.detail = detail
-        self.retryable = retryable
-        self.timeout = timeout
-        self.status = status
-        self.body = body  # the upstream's own answer, for client errors relayed as they are
 
 
 def _base(url: str) -> str:
@@ -88,11 +68,13 @@ class Replica:
         }
 
 
-_METRICS = {
-    b"sglang:num_queue_reqs": "queued",
-    b"sglang:num_running_reqs": "running",
-    b"sglang:cache_hit_rate": "cache_hit_rate",
-}
+_METRICS = MappingProxyType(
+    {
+        b"sglang:num_queue_reqs": "queued",
+        b"sglang:num_running_reqs": "running",
+        b"sglang:cache_hit_rate": "cache_hit_rate",
+    }
+)
 
 
 def parse_metrics(text: bytes) -> dict[str, float]:
@@ -141,28 +123,18 @@ class Circuit:
 class Pool:
     name: str
     tier: Tier
-    session: aiohttp.ClientSession
+    transport: Transport
     replicas: list[Replica]
     circuit: Circuit
+    continues: bool = True  # False once its engine refused an assistant-prefix continuation
     _probe: asyncio.Task[None] | None = field(default=None)
 
     @classmethod
-    def create(cls, name: str, tier: Tier) -> Pool:
-        connector = aiohttp.TCPConnector(
-            limit=0,
-            limit_per_host=tier.max_connections,
-            keepalive_timeout=tier.keepalive,
-            enable_cleanup_closed=False,
-        )
-        session = aiohttp.ClientSession(
-            connector=connector,
-            skip_auto_headers=_SKIP_HEADERS,
-            timeout=aiohttp.ClientTimeout(total=None),
-        )
+    def create(cls, name: str, tier: Tier, transport: Transport | None = None) -> Pool:
         return cls(
             name,
             tier,
-            session,
+            transport or HttpTransport(tier.max_connections, tier.keepalive),
             [Replica(_base(u)) for u in tier.endpoints],
             Circuit(tier.circuit.failures, tier.circuit.cooldown),
         )
@@ -176,7 +148,7 @@ class Pool:
             self._probe.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._probe
-        await self.session.close()
+        await self.transport.close()
 
     async def _probe_loop(self) -> None:
         h = self.tier.health
@@ -186,23 +158,21 @@ class Pool:
 
     async def probe(self, rep: Replica) -> None:
         h = self.tier.health
-        timeout = aiohttp.ClientTimeout(total=h.timeout)
         was_up = rep.up
         try:
-            async with self.session.get(rep.url + h.path, timeout=timeout) as resp:
-                await resp.read()
-                rep.up = resp.status == 200
-        except (aiohttp.ClientError, TimeoutError):
+            status, _ = await self.transport.get(rep.url + h.path, h.timeout)
+            rep.up = status == 200
+        except (OSError, TimeoutError, AttemptError):
             rep.up = False
         rep.last_probe = time.monotonic()
         if rep.up != was_up:
             log.warning("replica %s of %s is %s", rep.url, self.name, "up" if rep.up else "down")
         if rep.up and h.metrics_path:
-            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                async with self.session.get(rep.url + h.metrics_path, timeout=timeout) as resp:
-                    if resp.status == 200:
-                        for key, value in parse_metrics(await resp.read()).items():
-                            setattr(rep, key, value)
+            with contextlib.suppress(OSError, TimeoutError, AttemptError):
+                status, text = await self.transport.get(rep.url + h.metrics_path, h.timeout)
+                if status == 200:
+                    for key, value in parse_metrics(text).items():
+                        setattr(rep, key, value)
 
     @property
     def model(self) -> str:
@@ -232,100 +202,77 @@ class Pool:
         else:
             self.circuit.failure(time.monotonic())
 
-    def timeout(self, remaining: float, stream: bool) -> aiohttp.ClientTimeout:
+    def limits(self, budget: float, stream: bool) -> Timeouts:
+        """Time limits of one call that must end within ``budget`` seconds. For a stream the
+        read gap is the stall limit between chunks (no per-chunk cost); a non-streamed
+        answer arrives in one piece, so only the total applies."""
         t = self.tier.timeouts
-        total = min(t.total, remaining)
-        # for a stream, sock_read is the stall limit between chunks at no per-chunk cost;
-        # a non-streamed answer arrives in one piece, so only the total applies
-        return aiohttp.ClientTimeout(
-            total=total, sock_connect=t.connect, sock_read=t.stall if stream else None
-        )
+        return Timeouts(min(t.total, budget), t.connect, t.stall if stream else None)
 
-    async def _send(
-        self,
-        replica: Replica,
-        path: str,
-        body: bytes,
-        timeout: aiohttp.ClientTimeout,
-        timeout_kind: str,
-    ) -> aiohttp.ClientResponse:
-        """POST, up to the response headers; AttemptError on any failure.
-
-        A pooled keep-alive connection the engine has already closed (llama.cpp's server
-        closes one after each stream, whatever its Keep-Alive header says) fails at once
-        with a disconnect: that is the transport's business, so one more try goes out on a
-        fresh connection. A refused connection marks the replica down.
-        """
-        for last in (False, True):
-            try:
-                return await self.session.post(
-                    replica.url + path, data=body, headers=_JSON, timeout=timeout
-                )
-            except TimeoutError:
-                raise AttemptError(
-                    timeout_kind, f"no response within {timeout.total:.1f}s", timeout=True
-                ) from None
-            except aiohttp.ClientConnectorError as e:
-                replica.up = False  # refused: no traffic until a probe says otherwise
-                raise AttemptError("connect", _short(e)) from None
-            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
-                if last:
-                    raise AttemptError("connect", _short(e)) from None
-            except aiohttp.ClientError as e:
-                raise AttemptError("upstream", _short(e)) from None
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    async def post(
-        self, replica: Replica, path: str, body: bytes, timeout: aiohttp.ClientTimeout
-    ) -> bytes:
-        """POST and return the 200 body; raise AttemptError on anything else."""
-        resp = await self._send(replica, path, body, timeout, "timeout")
+    async def open(self, rep: Replica, path: str, body: bytes, limits: Timeouts) -> UpstreamStream:
+        """POST to one replica; the open 200 answer. A refused connection marks it down."""
         try:
-            async with resp:
-                data = await resp.read()
+            return await self.transport.open(rep.url + path, body, limits)
+        except AttemptError as e:
+            if e.kind == "connect":
+                rep.up = False  # refused: no traffic until a probe says otherwise
+            raise
+
+    async def post(self, rep: Replica, path: str, body: bytes, limits: Timeouts) -> bytes:
+        """POST and read the whole 200 answer (a non-streamed request)."""
+        up = await self.open(rep, path, body, limits)
+        parts: list[bytes] = []
+        try:
+            async with asyncio.timeout(limits.total):
+                while chunk := await up.read():
+                    parts.append(chunk)
         except TimeoutError:
+            up.close()
             raise AttemptError(
-                "timeout", f"no answer within {timeout.total:.1f}s", timeout=True
+                "timeout", f"no answer within {limits.total:.1f}s", timeout=True
             ) from None
-        except aiohttp.ClientError as e:
-            raise AttemptError("upstream", _short(e)) from None
-        if resp.status != 200:
-            raise status_error(resp.status, data)
-        return data
-
-    async def open_stream(
-        self, replica: Replica, path: str, body: bytes, timeout: aiohttp.ClientTimeout
-    ) -> aiohttp.ClientResponse:
-        """POST a streaming request; return the open 200 response (caller releases it)."""
-        resp = await self._send(replica, path, body, timeout, "timeout_ttft")
-        if resp.status != 200:
-            try:
-                data = await resp.content.read(_MAX_ERROR_BODY)
-            except (aiohttp.ClientError, TimeoutError):
-                data = b""
-            resp.release()
-            raise status_error(resp.status, data)
-        return resp
+        except BaseException:
+            up.close()
+            raise
+        up.release()
+        return b"".join(parts)
 
 
-def status_error(status: int, body: bytes) -> AttemptError:
-    if status == 429 or status == 408 or status >= 500:
-        snippet = body[:200].decode("utf-8", "replace").replace("\n", " ")
-        return AttemptError(f"http_{status}", snippet or "no body", status=status)
-    # other 4xx: the request itself is wrong; another tier would say the same
-    return AttemptError(f"http_{status}", "client error", retryable=False, status=status, body=body)
-
-
-def _short(e: BaseException) -> str:
-    s = str(e) or type(e).__name__
-    return s[:160]
+TransportFactory = Callable[[str, Tier], Transport]
 
 
 class Pools:
     """All pools, by tier name. Built once in the app's lifespan."""
 
-    def __init__(self, tiers: dict[str, Tier]):
-        self.by_tier = {name: Pool.create(name, t) for name, t in tiers.items()}
+    def __init__(self, tiers: dict[str, Tier], transport: TransportFactory | None = None):
+        self.by_tier = {
+            name: Pool.create(name, t, transport(name, t) if transport else None)
+            for name, t in tiers.items()
+        }
+        self._users = 0
+        self._retired: asyncio.Event | None = None
+
+    def __contains__(self, tier: str) -> bool:
+        return tier in self.by_tier
+
+    def acquire(self) -> None:
+        """A request starts using these pools (they are closed only after it ends)."""
+        self._users += 1
+
+    def release(self) -> None:
+        self._users -= 1
+        if self._users == 0 and self._retired is not None:
+            self._retired.set()
+
+    async def retire(self, grace: float) -> None:
+        """Close once the last request using these pools has ended (or after ``grace``)."""
+        self._retired = asyncio.Event()
+        if self._users == 0:
+            self._retired.set()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(grace):
+                await self._retired.wait()
+        await self.close()
 
     def __getitem__(self, tier: str) -> Pool:
         return self.by_tier[tier]

@@ -5,22 +5,18 @@
 * :class:`StreamState` is what we learn from the events of choice 0: id/model/created,
   the text so far, tool-call deltas, finish reason, usage, ``[DONE]``. An error event
   raises :class:`AttemptError` at once.
-* :class:`LiveChecks` runs the incremental checks (repetition, template leak) on the
-  tail of the text every ``every`` new characters, so their cost per chunk is
-  amortised O(1) whatever the answer's length.
+* With ``events`` set, every parsed event is kept too, to assemble a non-streamed
+  answer from an upstream stream (parsed once, used twice).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import orjson
 
-from gateway.checks.base import Check, CheckResult, Output, RequestFacts, run_checks
-from gateway.upstream.pools import AttemptError
-
-INCREMENTAL = ("repetition", "template_leak")  # checks that make sense on a partial answer
+from gateway.checks.base import Output
+from gateway.upstream.transport import AttemptError
 
 
 def data_payloads(events: bytes) -> list[bytes]:
@@ -61,6 +57,8 @@ class StreamState:
         "chat",
         "created",
         "done",
+        "eof_done",
+        "events",
         "finish_reason",
         "id",
         "model",
@@ -82,6 +80,8 @@ class StreamState:
         self.finish_reason: str | None = None
         self.usage: dict[str, Any] | None = None
         self.done = False
+        self.eof_done = False  # it ended after a finish_reason without [DONE]
+        self.events: list[dict[str, Any]] | None = None  # every event, when assembling
         self.tool_calls: dict[int, dict[str, Any]] = {}
         self.multi = False  # n > 1: several choices interleave
 
@@ -100,6 +100,8 @@ class StreamState:
         if err:
             msg = err.get("message", "") if isinstance(err, dict) else str(err)
             raise AttemptError("stream_error", str(msg)[:160] or "error event")
+        if self.events is not None:
+            self.events.append(obj)
         if self.id is None:
             self.id, self.model, self.created = obj.get("id"), obj.get("model"), obj.get("created")
         usage = obj.get("usage")
@@ -165,47 +167,3 @@ class StreamState:
 
     def output(self) -> Output:
         return Output(self.text(), self.finish_reason, list(self.tool_calls.values()))
-
-
-class LiveChecks:
-    """The incremental checks of a route on a growing text, at amortised O(1) per chunk.
-
-    ``template_leak`` looks at every batch's new text (plus a small overlap, so a token
-    split across chunks is still seen) before the batch is forwarded: a leaked token
-    never reaches the client. ``repetition`` needs a span of text to see a loop, so it
-    runs on the tail window each time ``every`` new characters have arrived.
-    """
-
-    __slots__ = ("_every", "_facts", "_last", "_leak", "_periodic", "_seen", "_window")
-    _OVERLAP = 32  # longer than any template token
-
-    def __init__(self, checks: Sequence[Check], facts: RequestFacts, every: int, window: int):
-        self._leak = [c for c in checks if c.name == "template_leak"]
-        self._periodic = [c for c in checks if c.name in INCREMENTAL and c.name != "template_leak"]
-        self._facts = facts
-        self._every = every
-        self._window = window
-        self._last = 0  # chars at the last periodic run
-        self._seen = 0  # chars the per-batch checks have seen
-
-    def __bool__(self) -> bool:
-        return bool(self._leak or self._periodic)
-
-    def maybe_run(self, state: StreamState) -> CheckResult | None:
-        if self._leak and state.chars > self._seen:
-            new = state.tail(state.chars - self._seen + self._OVERLAP)
-            self._seen = state.chars
-            bad = run_checks(self._leak, Output(new, None, []), self._facts)
-            if bad is not None:
-                return bad
-        if self._periodic and state.chars - self._last >= self._every:
-            return self.run(state)
-        return None
-
-    def run(self, state: StreamState) -> CheckResult | None:
-        """Everything on the tail window, now (end of the hold-back window)."""
-        if state.chars == self._last:
-            return None
-        self._last = self._seen = state.chars
-        out = Output(state.tail(self._window), None, [])
-        return run_checks(self._leak + self._periodic, out, self._facts)

@@ -1,0 +1,116 @@
+"""The admin control plane as a FastAPI app, served on its own listener.
+
+``create_admin_app(gw)`` serves the admin API of a running :class:`Gateway`: tenants,
+keys, policies, usage, rules, pools, explain, audit, shadow. Every failure leaves as the
+gateway's OpenAI-style error envelope (``{"error": {message, type, param, code}}``):
+a bad body or parameter is a 400 ``invalid_value`` naming the field, bad JSON a 400
+``invalid_json``. The OpenAPI document is generated (``/openapi.json``, also at
+``/admin/openapi.json``) and browsable at ``/docs``; neither needs the token.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException
+
+from gateway.admin.deps import check_token
+from gateway.admin.routes import ROUTERS
+from gateway.admin.wire import error_response, json_response
+from gateway.errors import (
+    BadRequest,
+    GatewayError,
+    InvalidJSON,
+    MethodNotAllowed,
+    NotFound,
+    PayloadTooLarge,
+    ServiceUnavailable,
+)
+from gateway.server.app import Gateway
+from gateway.tenancy.store import StoreUnavailable
+
+log = logging.getLogger("gateway.admin")
+
+
+def create_admin_app(gw: Gateway) -> FastAPI:
+    app = FastAPI(
+        title="llm-gateway admin API",
+        version="1",
+        summary="Tenants, keys, policies, usage, rules, pools, explain, audit.",
+        openapi_url="/openapi.json",
+        docs_url="/docs",
+        redoc_url=None,
+        separate_input_output_schemas=False,
+        generate_unique_id_function=_operation_id,
+    )
+    app.state.gateway = gw
+    app.state.max_body_bytes = gw.settings.max_body_bytes
+    for router in ROUTERS:
+        app.include_router(router)
+
+    @app.get("/admin/openapi.json", include_in_schema=False)
+    async def admin_openapi() -> Response:
+        return json_response(app.openapi())
+
+    app.add_exception_handler(GatewayError, _gateway_error)  # type: ignore[arg-type]
+    app.add_exception_handler(StoreUnavailable, _store_unavailable)  # type: ignore[arg-type]
+    app.add_exception_handler(RequestValidationError, _invalid)  # type: ignore[arg-type]
+    app.add_exception_handler(HTTPException, _http_error)  # type: ignore[arg-type]
+    app.add_exception_handler(Exception, _internal)
+    return app
+
+
+def _operation_id(route: APIRoute) -> str:
+    return route.name  # the handler's name: create_tenant, list_tenants, ...
+
+
+async def _gateway_error(request: Request, e: GatewayError) -> Response:
+    return error_response(e)
+
+
+async def _store_unavailable(request: Request, e: StoreUnavailable) -> Response:
+    return error_response(ServiceUnavailable(f"The store is unreachable: {e}"))
+
+
+async def _invalid(request: Request, e: RequestValidationError) -> Response:
+    """A body or parameter that does not validate: 400, the first error, the field named."""
+    first: dict[str, Any] = e.errors()[0]
+    if first["type"] == "json_invalid":
+        try:
+            check_token(request)  # the token is checked before the body, as ever
+        except GatewayError as denied:
+            return error_response(denied)
+        doc = e.body if isinstance(e.body, str) else ""
+        why = json.JSONDecodeError(first.get("ctx", {}).get("error", ""), doc, first["loc"][-1])
+        return error_response(InvalidJSON(f"The request body is not valid JSON: {why}."))
+    loc = ".".join(str(x) for x in first["loc"][1:])  # past "body" / "query" / "path"
+    return error_response(
+        BadRequest(f"Invalid '{loc}': {first['msg']}.", param=loc or None, code="invalid_value")
+    )
+
+
+async def _http_error(request: Request, e: HTTPException) -> Response:
+    """Starlette's own answers (no such path, wrong method, ...) in the error envelope."""
+    path, headers = request.url.path, dict(e.headers or {})
+    err: GatewayError
+    if e.status_code == 404:
+        err = NotFound(f"Unknown path {path}.")
+    elif e.status_code == 405:
+        allowed = headers.get("Allow") or headers.get("allow") or ""
+        err = MethodNotAllowed(f"{request.method} is not allowed on {path}; use {allowed}.")
+    elif e.status_code == 413:
+        err = PayloadTooLarge(str(e.detail))
+    else:
+        err = BadRequest(str(e.detail))
+        err.status = e.status_code
+    return error_response(err, headers)
+
+
+async def _internal(request: Request, e: Exception) -> Response:
+    log.exception("admin: %s %s failed", request.method, request.url.path)
+    return error_response(GatewayError("The admin API failed; see the gateway's log."))

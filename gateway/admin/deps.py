@@ -1,0 +1,126 @@
+"""The admin routes' dependencies: the running Gateway, its store, the token check,
+the tenant a path names, and the audit log.
+
+Every route needs ``Authorization: Bearer <GATEWAY_ADMIN_TOKEN>``, compared in constant
+time over the whole header; a tenant key is just a wrong token here.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from typing import Annotated, Any, Protocol
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from gateway.core.rules import Rules
+from gateway.errors import NotFound, PermissionDenied, Unauthorized
+from gateway.ops.control import RulesControl
+from gateway.server.app import Gateway
+from gateway.tenancy.store import Store
+from gateway.tenancy.tenants import Tenant
+
+_DISABLED = "The admin API is disabled: set GATEWAY_ADMIN_TOKEN."
+
+# documents the scheme (and gives /docs its Authorize button); the check is ours
+_bearer = HTTPBearer(scheme_name="admin", description="GATEWAY_ADMIN_TOKEN", auto_error=False)
+
+
+class PoolView(Protocol):
+    def state(self) -> dict[str, object]: ...
+    def health(self) -> dict[str, bool]: ...
+
+
+class Runtime(Protocol):
+    """What the admin reads of the swappable state (``gw.runtime``, or ``gw`` itself)."""
+
+    @property
+    def rules(self) -> Rules: ...
+    @property
+    def pools(self) -> PoolView: ...
+
+
+def runtime(gw: Gateway) -> Runtime:
+    rt: Runtime = getattr(gw, "runtime", gw)
+    return rt
+
+
+def get_gateway(request: Request) -> Gateway:
+    gw: Gateway = request.app.state.gateway
+    return gw
+
+
+GatewayDep = Annotated[Gateway, Depends(get_gateway)]
+
+
+def check_token(request: Request) -> None:
+    """403 ``admin_disabled`` without a token configured, 401 ``invalid_admin_token``."""
+    token = get_gateway(request).settings.admin_token
+    if token is None:
+        raise PermissionDenied(_DISABLED, code="admin_disabled")
+    got = request.headers.get("Authorization", "")
+    if not hmac.compare_digest(got.encode(), f"Bearer {token.get_secret_value()}".encode()):
+        raise Unauthorized("A valid admin token is required.", code="invalid_admin_token")
+
+
+def admin_token(
+    request: Request,
+    _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> None:
+    check_token(request)
+
+
+def get_store(gw: GatewayDep) -> Store:
+    if gw.store is None:
+        raise PermissionDenied(_DISABLED, code="admin_disabled")
+    return gw.store
+
+
+StoreDep = Annotated[Store, Depends(get_store)]
+
+
+def get_control(gw: GatewayDep) -> RulesControl:
+    assert gw.control is not None  # set when the data app started
+    return gw.control
+
+
+ControlDep = Annotated[RulesControl, Depends(get_control)]
+
+
+async def existing_tenant(tenant_id: str, store: StoreDep) -> Tenant:
+    t = await store.get_tenant(tenant_id)
+    if t is None:
+        raise NotFound(f"No tenant {tenant_id!r}.")
+    return t
+
+
+TenantDep = Annotated[Tenant, Depends(existing_tenant)]
+
+
+def admin_user(request: Request) -> str:
+    return request.headers.get("x-admin-user", "admin")
+
+
+class Audit:
+    """Records a write in the audit log: who, when, what changed, from where."""
+
+    def __init__(self, request: Request, store: StoreDep):
+        self.request = request
+        self.store = store
+
+    async def __call__(self, action: str, target: str, change: Any = None) -> None:
+        client = self.request.client
+        await self.store.audit(
+            {
+                "at": time.time(),
+                "who": admin_user(self.request)[:100],
+                "action": action,
+                "target": target,
+                "change": change,
+                "from": client.host if client else None,
+            }
+        )
+
+
+AuditDep = Annotated[Audit, Depends(Audit)]

@@ -1,0 +1,161 @@
+"""The admin API's request and response bodies (the OpenAPI document is generated from them).
+
+Request models refuse unknown fields. Response models describe what the routes send; the
+routes build those bodies themselves (a policy leaves out the fields it does not set), so
+the models are the contract, checked by the tests, not a filter.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gateway.tenancy.tenants import ApiKey, Policy, Tenant
+
+# -- requests ------------------------------------------------------------------------------
+
+
+class TenantIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=200)
+    policy: Policy = Policy()
+
+
+class TenantPatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str | None = Field(default=None, min_length=1, max_length=200)
+    policy: dict[str, Any] | None = Field(
+        default=None, description="the policy fields to change; null clears a field"
+    )
+
+
+class KeyIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(default="", max_length=200)
+    policy: Policy = Policy()
+
+
+class Rollback(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    version: int = Field(ge=1)
+
+
+class ExplainIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    path: str = "/v1/chat/completions"
+    headers: dict[str, str] = Field(default_factory=dict)
+    body: dict[str, Any]
+    tenant_id: str | None = Field(default=None, description="decide as this tenant would")
+
+
+# -- responses -----------------------------------------------------------------------------
+
+
+class TenantOut(BaseModel):
+    id: str
+    name: str
+    policy: Policy = Field(description="only the fields the tenant sets")
+    version: int
+    created_at: float
+    updated_at: float
+
+
+class KeyOut(BaseModel):
+    id: str
+    tenant_id: str
+    name: str
+    prefix: str = Field(description="the first characters of the key, to recognise it")
+    policy: Policy
+    created_at: float
+
+
+class NewKeyOut(KeyOut):
+    key: str = Field(description="the plaintext key: shown this once, never again")
+    replaces: str | None = Field(default=None, description="rotate: the key it replaced")
+
+
+class TenantDetail(TenantOut):
+    keys: list[KeyOut]
+
+
+class TenantList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[TenantOut]
+
+
+class KeyList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[KeyOut]
+
+
+class RecordList(BaseModel):
+    """Audit entries, rule versions or shadow comparisons."""
+
+    object: Literal["list"] = "list"
+    data: list[dict[str, Any]]
+
+
+class UsageOut(BaseModel):
+    tenant_id: str
+    day: str = Field(description="YYYYMMDD, UTC")
+    requests: int
+    tokens_by_tier: dict[str, int]
+    prompt_tokens: int
+    completion_tokens: int
+    fallbacks_by_reason: dict[str, int]
+
+
+class PoolsOut(BaseModel):
+    tiers: dict[str, Any] = Field(description="per tier: availability, circuit, replicas")
+    store_degraded: bool
+
+
+class RulesOut(BaseModel):
+    version: int = Field(description="0: not stored (no store configured)")
+    source: str
+    yaml: str
+    last_error: dict[str, Any] | None = Field(description="the last rejected change")
+
+
+class RulesVersionOut(BaseModel):
+    version: int
+    yaml: str
+
+
+class VersionOut(BaseModel):
+    version: int
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+    errors: list[str] | None = Field(default=None, description="422: every problem found")
+
+
+class ErrorOut(BaseModel):
+    """The OpenAI-style error envelope every failure is sent in."""
+
+    error: ErrorDetail
+
+
+# -- bodies as the routes send them ----------------------------------------------------------
+
+
+def tenant_out(t: Tenant) -> dict[str, Any]:
+    d = t.model_dump(mode="json")
+    d["policy"] = t.policy.model_dump(mode="json", exclude_none=True)
+    return d
+
+
+def key_out(k: ApiKey) -> dict[str, Any]:
+    return {
+        "id": k.id,
+        "tenant_id": k.tenant_id,
+        "name": k.name,
+        "prefix": k.prefix,
+        "policy": k.policy.model_dump(mode="json", exclude_none=True),
+        "created_at": k.created_at,
+    }

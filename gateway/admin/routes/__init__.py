@@ -1,0 +1,9 @@
+"""The admin API's routers, in the order their paths appear in the OpenAPI document."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from gateway.admin.routes import keys, ops, rules, tenants
+
+ROUTERS: tuple[APIRouter, ...] = (tenants.router, keys.router, rules.router, ops.router)

@@ -1,0 +1,86 @@
+"""Operations: pool state, the routing decision for a request, the audit log, shadow
+comparisons."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import Query, Response
+
+from gateway.admin.deps import GatewayDep, StoreDep, runtime
+from gateway.admin.models import ExplainIn, PoolsOut, RecordList
+from gateway.admin.routes.base import NOT_FOUND, admin_router
+from gateway.admin.wire import json_response
+from gateway.core.explain import explain as explain_request
+from gateway.errors import BadRequest, NotFound
+from gateway.tenancy.tenants import ApiKey, effective_policy
+
+router = admin_router("operations")
+
+
+def _limit(raw: str | None, default: int, most: int) -> int:
+    """``?limit=``, clamped to 1..most."""
+    try:
+        return max(1, min(most, int(raw if raw is not None else default)))
+    except ValueError:
+        raise BadRequest("'limit' must be an integer.", param="limit") from None
+
+
+@router.get(
+    "/admin/pools",
+    summary="Pool and replica state: health, circuit, load",
+    response_model=PoolsOut,
+)
+async def pools(gw: GatewayDep) -> Response:
+    return json_response(
+        {"tiers": runtime(gw).pools.state(), "store_degraded": gw.access.degraded}
+    )
+
+
+@router.post(
+    "/admin/explain",
+    summary="The routing decision for a request (optionally as a tenant)",
+    response_model=dict[str, Any],
+    responses=NOT_FOUND,
+)
+async def explain(body: ExplainIn, gw: GatewayDep, store: StoreDep) -> Response:
+    eff = None
+    if body.tenant_id is not None:
+        t = await store.get_tenant(body.tenant_id)
+        if t is None:
+            raise NotFound(f"No tenant {body.tenant_id!r}.")
+        eff = effective_policy(t, ApiKey(id="-", tenant_id=t.id, digest="", prefix=""))
+    rt = runtime(gw)
+    out = explain_request(
+        rt.rules,
+        {"path": body.path, "headers": body.headers, "body": body.body},
+        eff,
+        rt.pools.health(),
+    )
+    return json_response(out)
+
+
+@router.get(
+    "/admin/audit",
+    summary="The audit log, newest first (?limit=)",
+    response_model=RecordList,
+)
+async def audit_log(
+    store: StoreDep,
+    limit: Annotated[str | None, Query(description="an integer, 1..1000; default 100")] = None,
+) -> Response:
+    n = _limit(limit, default=100, most=1000)
+    return json_response({"object": "list", "data": await store.audit_log(n)})
+
+
+@router.get(
+    "/admin/shadow",
+    summary="Shadow comparisons (fast tier vs standard), newest first (?limit=)",
+    response_model=RecordList,
+)
+async def shadow(
+    store: StoreDep,
+    limit: Annotated[str | None, Query(description="an integer, 1..5000; default 1000")] = None,
+) -> Response:
+    n = _limit(limit, default=1000, most=5000)
+    return json_response({"object": "list", "data": await store.shadow_records(n)})

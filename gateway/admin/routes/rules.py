@@ -1,0 +1,131 @@
+"""The routing rules: show, upload (YAML), reload from disk, roll back, history.
+
+A change is validated whole first (422 with every error, the running rules unchanged),
+then stored as a new version that every replica adopts.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request, Response
+
+from gateway.admin.deps import Audit, AuditDep, ControlDep, StoreDep, admin_user
+from gateway.admin.models import RecordList, Rollback, RulesOut, RulesVersionOut, VersionOut
+from gateway.admin.routes.base import NOT_FOUND, UNPROCESSABLE, admin_router
+from gateway.admin.wire import json_response
+from gateway.core.rules import RulesError
+from gateway.errors import BadRequest, NotFound, Unprocessable
+from gateway.ops.control import RulesControl
+
+router = admin_router("rules")
+UserDep = Annotated[str, Depends(admin_user)]
+_YAML_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/yaml": {"schema": {"type": "string"}}},
+    }
+}
+
+
+@router.get(
+    "/admin/rules",
+    summary="The running rules: version, YAML, last rejected change",
+    response_model=RulesOut,
+)
+async def rules(control: ControlDep) -> Response:
+    return json_response(
+        {
+            "version": control.version,
+            "source": str(control.path),
+            "yaml": control.text,
+            "last_error": control.last_error,
+        }
+    )
+
+
+@router.put(
+    "/admin/rules",
+    summary="Upload new rules (YAML body); validated first, 422 with every error",
+    response_model=VersionOut,
+    responses=UNPROCESSABLE,
+    openapi_extra=_YAML_BODY,
+)
+async def upload_rules(
+    request: Request, control: ControlDep, audit: AuditDep, who: UserDep
+) -> Response:
+    try:
+        text = (await request.body()).decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadRequest("The rules must be UTF-8 YAML.", code="invalid_rules") from None
+    return await _submit(control, audit, text, "admin upload", who)
+
+
+@router.post(
+    "/admin/rules/reload",
+    summary="Reload the rules file from disk",
+    response_model=VersionOut,
+    responses=UNPROCESSABLE,
+)
+async def reload_rules(control: ControlDep, audit: AuditDep, who: UserDep) -> Response:
+    try:
+        text = control.path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise Unprocessable(f"Cannot read {control.path}.", [str(e)]) from None
+    return await _submit(control, audit, text, str(control.path), who)
+
+
+async def _submit(
+    control: RulesControl, audit: Audit, text: str, source: str, who: str
+) -> Response:
+    try:
+        v = await control.submit(text, source, who)
+    except RulesError as e:
+        raise Unprocessable(
+            "The rules are invalid; the running rules are unchanged.", e.errors
+        ) from None
+    await audit("rules.update", f"version {v}", {"source": source})
+    return json_response({"version": v})
+
+
+@router.post(
+    "/admin/rules/rollback",
+    summary="Make a stored version current",
+    response_model=VersionOut,
+    responses={**NOT_FOUND, **UNPROCESSABLE},
+)
+async def rollback_rules(
+    body: Rollback, control: ControlDep, audit: AuditDep, who: UserDep
+) -> Response:
+    try:
+        v = await control.rollback(body.version, who)
+    except KeyError:
+        raise NotFound(f"No rules version {body.version}.") from None
+    except RulesError as e:
+        raise Unprocessable("That version no longer validates.", e.errors) from None
+    await audit("rules.rollback", f"version {v}")
+    return json_response({"version": v})
+
+
+@router.get(
+    "/admin/rules/versions", summary="Rule versions (newest last)", response_model=RecordList
+)
+async def rules_versions(store: StoreDep) -> Response:
+    return json_response({"object": "list", "data": await store.rules_versions()})
+
+
+@router.get(
+    "/admin/rules/versions/{version}",
+    summary="One stored version's YAML",
+    response_model=RulesVersionOut,
+    responses=NOT_FOUND,
+)
+async def rules_version(version: str, store: StoreDep) -> Response:
+    try:
+        v = int(version)
+    except ValueError:
+        raise NotFound("No such rules version.") from None
+    text = await store.rules_text(v)
+    if text is None:
+        raise NotFound(f"No rules version {v}.")
+    return json_response({"version": v, "yaml": text})

@@ -1,0 +1,167 @@
+"""The ``repetition`` check: finding degenerate loops in an answer's text."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Final
+
+from gateway.checks.base import PASS_CACHE, CheckResult, Output, RequestFacts, fail, snippet
+from gateway.checks.settings import RepetitionSettings
+
+__all__ = ("RepetitionCheck", "find_loop_start")
+
+_NEEDLE_CHARS: Final = 24
+"""Characters before each probe point whose earlier occurrences give candidate periods.
+Long enough that indentation or a common phrase rarely recurs by chance; at most half of
+the smallest allowed ``min_span_chars`` so a loop always holds needle plus one period."""
+_MAX_CANDIDATES: Final = 4
+"""Candidate periods tried per probe point; bounds the cost on code full of repeats."""
+_LETTER: Final = re.compile(r"[^\W\d_]")  # any letter, CJK included
+
+
+def _span_factor(unit: str) -> int:
+    """How many times ``min_span_chars`` a loop of this unit must span to count.
+
+    Units with letters: 1. Units of digits and punctuation only: 2, because data and layout
+    legitimately repeat verbatim for a while (a printed 10x10 zero matrix is 200-340 chars,
+    empty Markdown table rows, "=====" rules), while a model stuck on "!!!!" goes on for
+    thousands. Whitespace only: 4, as padded table cells and aligned columns hold runs of a
+    few hundred blanks, while a model stuck emitting newlines produces thousands.
+    """
+    if unit.isspace():
+        return 4
+    return 1 if _LETTER.search(unit) else 2
+
+
+@dataclass(frozen=True, slots=True)
+class _Loop:
+    start: int
+    end: int
+    period: int
+
+
+def _extend_back(text: str, start: int, p: int) -> int:
+    """Smallest ``u <= start`` with ``text[i] == text[i + p]`` for all ``i`` in [u, start)."""
+    good = start
+    step = max(p, 16)
+    bad = 0
+    while good > 0:  # gallop backwards, doubling the step
+        bad = max(good - step, 0)
+        if text[bad:good] != text[bad + p : good + p]:
+            break
+        good = bad
+        step *= 2
+    else:
+        return 0
+    while good - bad > 1:  # the boundary is in (bad, good]
+        mid = (bad + good) // 2
+        if text[mid:good] == text[mid + p : good + p]:
+            good = mid
+        else:
+            bad = mid
+    return good
+
+
+def _extend_forward(text: str, end: int, p: int) -> int:
+    """Largest ``v >= end`` with ``text[i] == text[i - p]`` for all ``i`` in [end, v)."""
+    n = len(text)
+    good = end
+    step = max(p, 16)
+    bad = n
+    while good < n:  # gallop forwards
+        bad = min(good + step, n)
+        if text[good:bad] != text[good - p : bad - p]:
+            break
+        good = bad
+        step *= 2
+    else:
+        return n
+    while bad - good > 1:  # the boundary is in [good, bad)
+        mid = (good + bad) // 2
+        if text[good:mid] == text[good - p : mid - p]:
+            good = mid
+        else:
+            bad = mid
+    return good
+
+
+def _find_loop(text: str, st: RepetitionSettings) -> _Loop | None:
+    """The first (leftmost) loop in ``text``, or None.
+
+    Probe points ``a`` are spaced ``stride`` apart, plus the end of the text (with and
+    without trailing whitespace). At each, the ``_NEEDLE_CHARS`` characters before ``a`` are
+    searched backwards (``str.rfind``, C speed) within ``max_period``; an earlier occurrence
+    at distance ``p`` makes ``p`` a candidate period, tried smallest first. A candidate is a
+    loop when ``text[a - span : a]`` is ``p``-periodic, ``span = max(min_span, repeats * p)``,
+    which is one slice comparison. The loop is then widened both ways by galloping slice
+    comparisons. Normal text costs one short ``rfind`` per probe point.
+    """
+    n = len(text)
+    min_span = st.min_span_chars
+    if n < min_span:
+        return None
+    m = _NEEDLE_CHARS
+    max_period = st.max_period
+    repeats = st.min_repeats
+    stride = max(st.probe_stride, -(-n // st.max_probes))
+    # Trailing whitespace would hide a loop from the end probe: probe before it as well.
+    end = len(text.rstrip()) if text[-1].isspace() else n
+    anchors = list(range(min_span, end, stride))
+    if end >= min_span:
+        anchors.append(end)
+    if end < n:
+        anchors.append(n)
+    for a in anchors:
+        needle = text[a - m : a]
+        lo = max(a - m - max_period, 0)
+        pos = text.rfind(needle, lo, a - 1)
+        tries = 0
+        while pos >= 0 and tries < _MAX_CANDIDATES:
+            p = a - m - pos
+            s = a - max(min_span, repeats * p)
+            if s < 0:
+                break  # longer periods need even longer spans
+            # Cheap look at the far end of the span first, then the whole span at once.
+            if text[s : s + m] == text[s + p : s + p + m] and text[s : a - p] == text[s + p : a]:
+                loop = _Loop(_extend_back(text, s, p), _extend_forward(text, a, p), p)
+                if loop.end - loop.start >= min_span * _span_factor(text[a - p : a]):
+                    return loop
+            tries += 1
+            pos = text.rfind(needle, lo, pos + m - 1)
+    return None
+
+
+def find_loop_start(text: str, settings: RepetitionSettings) -> int | None:
+    """Index where the first detected loop begins, or None when there is no loop.
+
+    ``text[:index]`` is the clean part before the loop (generation can continue from it). The
+    index is where exact periodicity starts, so it can sit up to one period before the first
+    full copy of the repeated unit when the clean text happens to end like the unit does.
+    """
+    loop = _find_loop(text, settings)
+    return None if loop is None else loop.start
+
+
+class RepetitionCheck:
+    """Fails on a degenerate loop: a sentence, phrase, word or character repeated over and
+    over (also without spaces, e.g. CJK), wherever it is in the text."""
+
+    __slots__ = ("_settings",)
+    name: str = "repetition"
+
+    def __init__(self, settings: RepetitionSettings) -> None:
+        self._settings = settings
+
+    def run(self, out: Output, req: RequestFacts) -> CheckResult:
+        text = out.text
+        loop = _find_loop(text, self._settings)
+        if loop is None:
+            return PASS_CACHE[self.name]
+        p = loop.period
+        copies = (loop.end - loop.start) / p
+        unit = snippet(text[loop.start : loop.start + p], 48)
+        return fail(
+            self.name,
+            f"loop: {unit} (period {p}) repeated {copies:.0f}x from char {loop.start}",
+        )

@@ -1,0 +1,273 @@
+"""Checks of structured answers: JSON mode, JSON schema and tool calls.
+
+``SchemaValidators`` (compiled JSON-schema validators) and ``JsonParseMemo`` (the parse of
+the last text) are shared between these checks by ``gateway.checks.registry.build_checks``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Final
+
+import fastjsonschema
+import orjson
+
+from gateway.checks.base import (
+    PASS_CACHE,
+    CheckResult,
+    Output,
+    RequestFacts,
+    fail,
+    is_blank,
+    snippet,
+)
+
+__all__ = (
+    "SCHEMA_CACHE_SIZE",
+    "JsonParseMemo",
+    "JsonSchemaCheck",
+    "JsonValidCheck",
+    "SchemaValidators",
+    "ToolCallValidCheck",
+)
+
+SCHEMA_CACHE_SIZE: Final = 256
+"""Compiled JSON-schema validators kept per ``SchemaValidators`` (least recently used out)."""
+
+
+def _refuse_remote_ref(uri: str) -> Any:
+    raise fastjsonschema.JsonSchemaDefinitionException(f"remote $ref not allowed: {uri}")
+
+
+class _RefuseEveryScheme(Mapping[str, Callable[[str], Any]]):
+    """A fastjsonschema ``handlers`` mapping that claims every URI scheme and refuses it.
+
+    fastjsonschema fetches a "$ref" it cannot find in the schema itself with urllib unless a
+    handler claims the URI's scheme, and client schemas must never make the gateway do I/O
+    (SSRF). Listing schemes is not enough: an unlisted one ("gopher:", "custom:") falls
+    through to urllib, and even a "#..." ref goes remote under an "$id" with a fragment.
+    """
+
+    __slots__ = ()
+
+    def __getitem__(self, scheme: str) -> Callable[[str], Any]:
+        return _refuse_remote_ref
+
+    def __contains__(self, scheme: object) -> bool:
+        return True
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+_NO_REMOTE_REFS: Final = _RefuseEveryScheme()
+
+
+def _has_remote_ref(schema: Any) -> bool:
+    """True when any "$ref" in the schema points outside the document (not "#...").
+
+    Such schemas are not compiled at all (cheap early exit); ``_NO_REMOTE_REFS`` is what
+    guarantees that compiling never fetches anything.
+    """
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if ref is not None and not (isinstance(ref, str) and ref.startswith("#")):
+                return True
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return False
+
+
+Validator = Callable[[Any], object]
+
+
+class SchemaValidators:
+    """Bounded cache of compiled JSON-schema validators, keyed by the sorted-keys JSON dump.
+
+    Compiling (fastjsonschema generates and ``exec``s Python code) costs milliseconds, so each
+    distinct schema is compiled once; at most ``max_entries`` are kept, least recently used
+    out. A schema that cannot be compiled (invalid, unsupported, remote "$ref", not JSON
+    serializable) is cached as None and every answer passes against it: a bad schema is the
+    client's problem, not the model's, and retrying on another tier would not help.
+    """
+
+    __slots__ = ("_max_entries", "_validators")
+
+    def __init__(self, max_entries: int = SCHEMA_CACHE_SIZE) -> None:
+        self._max_entries = max(max_entries, 1)
+        self._validators: dict[bytes, Validator | None] = {}
+
+    def __len__(self) -> int:
+        return len(self._validators)
+
+    def get(self, schema: dict[str, Any]) -> Validator | None:
+        """The compiled validator, or None when the schema cannot be compiled."""
+        try:
+            key = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+        except orjson.JSONEncodeError:
+            return None
+        validators = self._validators
+        try:
+            validator = validators.pop(key)
+        except KeyError:
+            validator = self._compile(key)
+            if len(validators) >= self._max_entries:
+                del validators[next(iter(validators))]
+        validators[key] = validator  # (re)insert as most recently used
+        return validator
+
+    @staticmethod
+    def _compile(key: bytes) -> Validator | None:
+        # Compile a fresh copy: fastjsonschema rewrites "$ref"s in the schema it is given.
+        schema = orjson.loads(key)
+        if not isinstance(schema, dict | bool) or _has_remote_ref(schema):
+            return None
+        try:
+            validator: Validator = fastjsonschema.compile(
+                schema, handlers=_NO_REMOTE_REFS, use_default=False, detailed_exceptions=False
+            )
+        except Exception:  # invalid schema, or a generator bug on an odd one
+            return None
+        return validator
+
+    def error(self, schema: dict[str, Any], data: Any) -> str | None:
+        """Why ``data`` violates ``schema``; None when it conforms or cannot be checked."""
+        validator = self.get(schema)
+        if validator is None:
+            return None
+        try:
+            validator(data)
+        except fastjsonschema.JsonSchemaValueException as exc:
+            return exc.message
+        except Exception:  # the generated code choked on an odd schema: not the model's fault
+            return None
+        return None
+
+
+class JsonParseMemo:
+    """The parse of the last text seen, shared by ``json_valid`` and ``json_schema`` so one
+    answer is parsed once. Matched by identity (``is``) of the text object; the one entry is
+    replaced in a single assignment, so concurrent use only costs an extra parse."""
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        self._last: tuple[str | None, Any, str | None] = (None, None, None)
+
+    def parse(self, text: str) -> tuple[Any, str | None]:
+        """(value, None) when ``text`` is JSON, else (None, orjson's error message)."""
+        last = self._last
+        if last[0] is text:
+            return last[1], last[2]
+        value: Any = None
+        error: str | None = None
+        try:
+            value = orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            error = str(exc) or "JSONDecodeError"
+        self._last = (text, value, error)
+        return value, error
+
+
+class JsonValidCheck:
+    """In JSON mode the text must be raw JSON (any JSON value; a ```json fence fails).
+
+    Passes outside JSON mode, and when the answer is tool calls with no text.
+    """
+
+    __slots__ = ("_memo",)
+    name: str = "json_valid"
+
+    def __init__(self, memo: JsonParseMemo | None = None) -> None:
+        self._memo = JsonParseMemo() if memo is None else memo
+
+    def run(self, out: Output, req: RequestFacts) -> CheckResult:
+        if not req.json_mode or (out.tool_calls and is_blank(out.text)):
+            return PASS_CACHE[self.name]
+        _, error = self._memo.parse(out.text)
+        if error is not None:
+            return fail(self.name, f"not valid JSON: {error}")
+        return PASS_CACHE[self.name]
+
+
+class JsonSchemaCheck:
+    """The JSON answer must match ``req.json_schema``.
+
+    Passes when there is no schema, when the text is not JSON (``json_valid``'s job) and when
+    the schema cannot be compiled (see ``SchemaValidators``).
+    """
+
+    __slots__ = ("_memo", "_validators")
+    name: str = "json_schema"
+
+    def __init__(
+        self, validators: SchemaValidators | None = None, memo: JsonParseMemo | None = None
+    ) -> None:
+        self._validators = SchemaValidators() if validators is None else validators
+        self._memo = JsonParseMemo() if memo is None else memo
+
+    def run(self, out: Output, req: RequestFacts) -> CheckResult:
+        schema = req.json_schema
+        if schema is None:
+            return PASS_CACHE[self.name]
+        data, parse_error = self._memo.parse(out.text)
+        if parse_error is not None:
+            return PASS_CACHE[self.name]
+        error = self._validators.error(schema, data)
+        if error is None:
+            return PASS_CACHE[self.name]
+        return fail(self.name, f"schema violation: {error}")
+
+
+class ToolCallValidCheck:
+    """Every tool call must be a function call to a function the client offered, with
+    arguments that are a JSON object string matching the function's parameter schema.
+
+    A missing "type" is accepted (clients read only "function"); any other type fails.
+    Passes when there are no tool calls.
+    """
+
+    __slots__ = ("_validators",)
+    name: str = "tool_call_valid"
+
+    def __init__(self, validators: SchemaValidators | None = None) -> None:
+        self._validators = SchemaValidators() if validators is None else validators
+
+    def run(self, out: Output, req: RequestFacts) -> CheckResult:
+        for index, call in enumerate(out.tool_calls):
+            error = self._call_error(call, req)
+            if error is not None:
+                return fail(self.name, f"tool_calls[{index}]: {error}")
+        return PASS_CACHE[self.name]
+
+    def _call_error(self, call: dict[str, Any], req: RequestFacts) -> str | None:
+        kind = call.get("type", "function")
+        if kind != "function":
+            return f"type {snippet(kind)} is not 'function'"
+        function = call.get("function")
+        if not isinstance(function, dict):
+            return "no function object"
+        name = function.get("name")
+        if not isinstance(name, str) or name not in req.tools:
+            return f"unknown function {snippet(name)}"
+        arguments = function.get("arguments")
+        if not isinstance(arguments, str):
+            return f"{snippet(name)} arguments are not a JSON string"
+        try:
+            args = orjson.loads(arguments)
+        except orjson.JSONDecodeError as exc:
+            return f"{snippet(name)} arguments are not valid JSON: {exc}"
+        if not isinstance(args, dict):
+            return f"{snippet(name)} arguments are not a JSON object"
+        schema = req.tools[name]
+        if schema is None:
+            return None
+        error = self._validators.error(schema, args)
+        return None if error is None else f"{snippet(name)} arguments: {error}"

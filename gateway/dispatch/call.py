@@ -1,0 +1,34 @@
+"""One request as the dispatcher sees it: a small frozen context passed down the path."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from gateway.checks.base import Check
+from gateway.core.request import ClientRequest
+from gateway.core.router import RouteDecision
+
+PATHS = MappingProxyType({"chat": "/v1/chat/completions", "completions": "/v1/completions"})
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    req: ClientRequest
+    d: RouteDecision
+    deadline_at: float  # monotonic: the whole request, every attempt, ends by then
+    checks: tuple[Check, ...]
+
+    @property
+    def path(self) -> str:
+        return PATHS[self.req.kind]
+
+    @property
+    def affinity(self) -> int:
+        return self.req.affinity
+
+    def can_be_continued(self) -> bool:
+        """Whether a stream of this request could be continued on another tier at all."""
+        if self.req.kind == "completions" and not isinstance(self.req.body.get("prompt"), str):
+            return False
+        return self.req.body.get("n", 1) in (1, None)

@@ -1,0 +1,116 @@
+"""Continuing a broken stream on the next tier: the request, and where to send it.
+
+Chat: the text already sent becomes a trailing assistant message, rendered unclosed by
+the engine's chat template so that the model continues it: ``continue_final_message``
+sends SGLang's flag; ``continue_final_message_no_gen`` adds ``add_generation_prompt:
+false``, which vLLM and llama.cpp's server require with it; ``prefill`` sends the message
+alone (llama.cpp's server continues a trailing assistant message by itself). Some engines
+answer with the prefix repeated in front (llama.cpp does); the relay strips it. Text
+completions: the prefix is appended to the prompt. Usage is always requested, to add
+both tiers up.
+
+A tier configured with ``continuation: off``, or one that refused a continuation with a
+4xx (learned, until its pool is rebuilt), is never sent one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+
+from gateway.checks.repetition import find_loop_start
+from gateway.checks.settings import RepetitionSettings
+from gateway.dispatch.call import Call
+from gateway.dispatch.opening import Opening, StreamOpener, StreamStart
+from gateway.dispatch.outcome import Trail
+from gateway.upstream.pools import Pool, Pools
+from gateway.upstream.sse import StreamState
+from gateway.upstream.transport import AttemptError
+
+Run = Callable[..., Awaitable[tuple[str, Any]]]
+
+
+def continuation_body(call: Call, pool: Pool, prefix: str, sent_tokens: int) -> bytes | None:
+    """The request that asks ``pool`` to continue the assistant text ``prefix``."""
+    style = pool.tier.continuation
+    if style == "off" or not pool.continues:
+        return None
+    req = call.req
+    body = {**pool.tier.request_defaults, **req.body, "model": pool.model}
+    if req.kind == "chat":
+        body["messages"] = [*req.body["messages"], {"role": "assistant", "content": prefix}]
+        if style.startswith("continue_final_message"):
+            body["continue_final_message"] = True
+        if style == "continue_final_message_no_gen":
+            body["add_generation_prompt"] = False
+    else:
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str):
+            return None
+        body["prompt"] = prompt + prefix
+    body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+    for key in ("max_tokens", "max_completion_tokens"):
+        if isinstance(body.get(key), int):
+            body[key] = max(1, body[key] - sent_tokens)
+    return orjson.dumps(body)
+
+
+class Continuer:
+    """Opens the continuation of one call's stream on the tiers after a broken one."""
+
+    def __init__(
+        self,
+        call: Call,
+        pools: Pools,
+        opener: StreamOpener,
+        run: Run,
+        repetition: RepetitionSettings,
+    ):
+        self._call = call
+        self._pools = pools
+        self._opener = opener
+        self._run = run
+        self._repetition = repetition
+
+    def possible(self, after: str) -> bool:
+        if not self._call.can_be_continued():
+            return False
+        tiers = self._call.d.tiers
+        later = tiers[tiers.index(after) + 1 :]
+        return any(
+            self._pools[t].tier.continuation != "off" and self._pools[t].continues for t in later
+        )
+
+    def loop_start(self, state: StreamState) -> int | None:
+        """Where the loop in a stream's text begins (the clean text is before it)."""
+        return find_loop_start(state.text(), self._repetition)
+
+    async def open(
+        self, after: str, prefix: str, sent_tokens: int, trail: Trail
+    ) -> tuple[str, StreamStart]:
+        """A stream from the tiers after ``after`` that continues the assistant ``prefix``.
+        Raises :class:`AttemptError` (never a client-error relay) when none can."""
+        call = self._call
+        tiers = call.d.tiers[call.d.tiers.index(after) + 1 :]
+
+        async def attempt(tier: str, how: Opening) -> StreamStart:
+            pool = self._pools[tier]
+            body = continuation_body(call, pool, prefix, sent_tokens)
+            if body is None:
+                raise AttemptError("no_continuation", f"tier {tier} cannot continue a stream")
+            try:
+                return await self._opener.open(
+                    call, pool, body, Opening(0, how.until, False), trail
+                )
+            except AttemptError as e:
+                if e.retryable:
+                    raise
+                pool.continues = False  # it refuses assistant prefixes: never ask again
+                raise AttemptError("no_continuation", f"tier {tier} refused ({e.kind})") from None
+
+        if not tiers:
+            raise AttemptError("no_continuation", "no tier left")
+        result: tuple[str, StreamStart] = await self._run(call, tiers, attempt, trail)
+        return result

@@ -1,0 +1,59 @@
+"""The live checks of a stream: incremental checks on a growing text.
+
+:class:`LiveChecks` runs the incremental checks (repetition, template leak) on the tail
+of the text every ``every`` new characters, so their cost per chunk is amortised O(1)
+whatever the answer's length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gateway.checks.base import Check, CheckResult, Output, RequestFacts, run_checks
+from gateway.upstream.sse import StreamState
+
+INCREMENTAL = ("repetition", "template_leak")  # checks that make sense on a partial answer
+
+
+class LiveChecks:
+    """The incremental checks of a route on a growing text, at amortised O(1) per chunk.
+
+    ``template_leak`` looks at every batch's new text (plus a small overlap, so a token
+    split across chunks is still seen) before the batch is forwarded: a leaked token
+    never reaches the client. ``repetition`` needs a span of text to see a loop, so it
+    runs on the tail window each time ``every`` new characters have arrived.
+    """
+
+    __slots__ = ("_every", "_facts", "_last", "_leak", "_periodic", "_seen", "_window")
+    _OVERLAP = 32  # longer than any template token
+
+    def __init__(self, checks: Sequence[Check], facts: RequestFacts, every: int, window: int):
+        self._leak = [c for c in checks if c.name == "template_leak"]
+        self._periodic = [c for c in checks if c.name in INCREMENTAL and c.name != "template_leak"]
+        self._facts = facts
+        self._every = every
+        self._window = window
+        self._last = 0  # chars at the last periodic run
+        self._seen = 0  # chars the per-batch checks have seen
+
+    def __bool__(self) -> bool:
+        return bool(self._leak or self._periodic)
+
+    def maybe_run(self, state: StreamState) -> CheckResult | None:
+        if self._leak and state.chars > self._seen:
+            new = state.tail(state.chars - self._seen + self._OVERLAP)
+            self._seen = state.chars
+            bad = run_checks(self._leak, Output(new, None, []), self._facts)
+            if bad is not None:
+                return bad
+        if self._periodic and state.chars - self._last >= self._every:
+            return self.run(state)
+        return None
+
+    def run(self, state: StreamState) -> CheckResult | None:
+        """Everything on the tail window, now (end of the hold-back window)."""
+        if state.chars == self._last:
+            return None
+        self._last = self._seen = state.chars
+        out = Output(state.tail(self._window), None, [])
+        return run_checks(self._leak + self._periodic, out, self._facts)

@@ -1,0 +1,174 @@
+"""Opening an upstream stream: up to its first token (and the hold-back window, if any).
+
+Everything up to the point where :meth:`StreamOpener.open` returns can still fall back
+with the client none the wiser: a connection error, a non-200 answer, no first token in
+time, an error event, a failed early check. What it returns (:class:`StreamStart`) holds
+the complete events read so far, not yet sent to anyone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+from gateway.checks.base import CheckResult
+from gateway.dispatch.call import Call
+from gateway.dispatch.live import LiveChecks
+from gateway.dispatch.outcome import Trail
+from gateway.ops.telemetry import Telemetry
+from gateway.upstream.pools import Pool, Replica
+from gateway.upstream.sse import SSEFramer, StreamState
+from gateway.upstream.transport import AttemptError, UpstreamStream
+
+
+@dataclass(frozen=True, slots=True)
+class Opening:
+    """How to open one attempt's stream: the hold-back window and the attempt's end."""
+
+    hold_tokens: int  # 0: no hold-back window
+    until: float  # monotonic: the attempt must be over by then (leaves the next tier time)
+    last: bool  # the last tier: a failed check is delivered, not raised (per rule)
+    stream: bool = True  # the client asked for a stream (latency is then time to first token)
+    assemble: bool = False  # keep every event, to assemble a non-streamed answer
+
+
+@dataclass(slots=True)
+class StreamStart:
+    """An upstream stream past its first token (and hold-back window)."""
+
+    up: UpstreamStream
+    head: bytes
+    framer: SSEFramer
+    state: StreamState
+    live: LiveChecks
+    pool: Pool
+    replica: Replica
+    checks_failed: CheckResult | None = None  # the last tier failed a check, delivered anyway
+
+    def finish(self, ok: bool) -> None:
+        """The stream is over: free the replica slot; an upstream fault counts against it."""
+        self.replica.in_flight -= 1
+        if not ok:
+            self.pool.record(False)
+
+
+class StreamOpener:
+    def __init__(self, telemetry: Telemetry):
+        self._tel = telemetry
+
+    async def open(
+        self, call: Call, pool: Pool, body: bytes, how: Opening, trail: Trail
+    ) -> StreamStart:
+        """Open a stream; return it once its first token (and hold-back window) passed."""
+        remaining = how.until - time.monotonic()
+        ttft = min(pool.tier.timeouts.ttft, call.d.ttft_budget, remaining)
+        cfg = pool.tier.stream
+        rep = pool.choose(call.affinity)
+        s = StreamStart(
+            _Closed(),
+            b"",
+            SSEFramer(),
+            StreamState(call.req.kind == "chat"),
+            LiveChecks(call.checks, call.req.facts, cfg.check_every_chars, cfg.check_window_chars),
+            pool,
+            rep,
+        )
+        if how.assemble:
+            s.state.events = []
+        t0 = time.perf_counter()
+        rep.in_flight += 1
+        try:
+            async with asyncio.timeout(ttft):
+                s.up = await pool.open(rep, call.path, body, pool.limits(remaining, stream=True))
+                await _first_token(s)
+            bad = s.live.maybe_run(s.state)  # nothing goes out unchecked
+            if bad is None and how.hold_tokens:
+                bad = await self._hold_back(call, s, how.hold_tokens, cfg.hold_back_ms)
+            if bad is not None:
+                if not how.last or call.d.on_last_failure != "deliver":
+                    raise AttemptError(f"check_{bad.check}", bad.reason)
+                s.checks_failed = bad
+        except TimeoutError:
+            _abandon(s)
+            pool.record(False)
+            raise AttemptError(
+                "timeout_ttft", f"no first token within {ttft:.2f}s", timeout=True
+            ) from None
+        except AttemptError as e:
+            _abandon(s)
+            pool.record(not e.retryable or e.kind.startswith("check_"))
+            raise
+        except BaseException:
+            _abandon(s)
+            raise
+        finally:
+            trail.upstream_s += time.perf_counter() - t0
+        pool.record(True)
+        return s
+
+    async def _hold_back(
+        self, call: Call, s: StreamStart, tokens: int, ms: float
+    ) -> CheckResult | None:
+        """Keep reading until ``tokens`` tokens, ``ms`` ms or the end; run live checks."""
+        state = s.state
+        if state.tokens < tokens and not state.done:
+            until = asyncio.get_running_loop().time() + ms / 1000 if ms > 0 else None
+            try:
+                async with asyncio.timeout_at(until):
+                    while state.tokens < tokens and not state.done:
+                        await pull(s)
+                        bad = s.live.maybe_run(state)
+                        if bad is not None:
+                            return bad
+            except TimeoutError:
+                pass  # the window's time is up: what we hold so far goes out
+        if state.done:  # all of it is here: every check of the rule
+            return self._tel.run_checks(call.checks, state.output(), call.req.facts)
+        return s.live.run(state)
+
+
+class _Closed:
+    """The placeholder before the upstream answered."""
+
+    async def read(self) -> bytes:
+        return b""
+
+    def close(self) -> None:
+        pass
+
+    def release(self) -> None:
+        pass
+
+
+def _abandon(s: StreamStart) -> None:
+    s.replica.in_flight -= 1
+    s.up.close()  # drop the connection: the engine stops generating
+
+
+async def pull(s: StreamStart) -> bool:
+    """One read into ``s.head``; True when it carried a token. Raises on a dead stream.
+
+    A stream that ends after a ``finish_reason`` but without ``data: [DONE]`` (some
+    engines and providers omit it) is complete, not cut.
+    """
+    chunk = await s.up.read()
+    if not chunk:
+        if s.state.finish_reason is not None:
+            s.state.done = s.state.eof_done = True
+            return False
+        raise AttemptError("stream_cut", "stream ended without [DONE]", retryable=True)
+    complete, payloads = s.framer.feed(chunk)
+    token = False
+    for p in payloads:
+        token = s.state.feed(p) or token
+    if complete:
+        s.head += complete
+    return token
+
+
+async def _first_token(s: StreamStart) -> None:
+    """Read until a token arrives; a stream that ends before one is a failure."""
+    while not await pull(s):
+        if s.state.done:
+            raise AttemptError("stream_empty", "stream ended before the first token")

@@ -1,0 +1,54 @@
+"""What an attempt loop leaves behind: the failures on the way, the time spent, the answer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class Failure:
+    tier: str
+    kind: str
+    detail: str
+    timeout: bool
+    seconds: float = 0.0
+
+    def short(self) -> str:
+        return f"{self.tier}:{self.kind}"
+
+
+@dataclass(slots=True)
+class Trail:
+    """One request's way through the tiers: failures, time on engines, deliberate waits."""
+
+    failures: list[Failure] = field(default_factory=list)
+    upstream_s: float = 0.0  # waiting on engines (not the gateway's overhead)
+    backoff_s: float = 0.0  # deliberate waits before retrying a tier (not overhead either)
+    ok_attempt_s: float | None = None  # how long the attempt that answered took
+    checks_failed: str | None = None  # the check the delivered answer failed (last tier)
+
+    @property
+    def fallback_kind(self) -> str | None:
+        return self.failures[0].kind if self.failures else None
+
+
+@dataclass(slots=True)
+class Outcome:
+    """A non-streamed answer: the engine's JSON, untouched."""
+
+    tier: str
+    body: bytes
+    trail: Trail
+    usage: dict[str, Any] | None = None
+
+    @property
+    def fallback(self) -> str | None:
+        return describe_fallback(self.trail.failures, self.tier)
+
+
+def describe_fallback(failures: list[Failure], tier: str) -> str | None:
+    """Why we fell back (x-gateway-fallback): ``highspeed:check_repetition (...) -> standard``."""
+    if not failures:
+        return None
+    return "; ".join(f"{f.short()} ({f.detail[:80]})" for f in failures) + f" -> {tier}"

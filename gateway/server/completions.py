@@ -1,0 +1,238 @@
+"""``POST /v1/chat/completions`` and ``/v1/completions``: the OpenAI wire format in and out.
+
+Thin on purpose: take the runtime snapshot once, authenticate, parse, classify, route,
+admit, hand the call to the dispatcher, then write its answer (JSON, or the relayed
+stream) with the headers that explain it. Every error leaves as an OpenAI envelope.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable
+
+import orjson
+from aiohttp import web
+from opentelemetry import trace
+
+from gateway.core.request import ClientRequest, parse_chat, parse_completion
+from gateway.dispatch.outcome import Outcome
+from gateway.dispatch.relay import StreamRelay
+from gateway.errors import (
+    BadRequest,
+    GatewayError,
+    PayloadTooLarge,
+    RateLimited,
+    StreamBroken,
+    UnsupportedEncoding,
+    UpstreamFailed,
+    error_body,
+)
+from gateway.headers import H_REQUEST_ID, H_SHOULD_RETRY
+from gateway.ops.shadow import Served, answer_text
+from gateway.server.exchange import Exchange
+from gateway.server.responses import JSON, error_response, request_id
+from gateway.server.state import GATEWAY, Gateway, Runtime
+from gateway.settings import Settings
+from gateway.tenancy.access import rate_headers
+from gateway.tenancy.limits import Admission
+from gateway.upstream.transport import AttemptError
+
+log = logging.getLogger("gateway.server")
+Parse = Callable[[bytes], ClientRequest]
+_ENCODINGS = frozenset(("", "identity", "gzip", "deflate", "x-gzip"))
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    return await _handle(request, parse_chat, "chat")
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    return await _handle(request, parse_completion, "text_completion")
+
+
+async def _handle(request: web.Request, parse: Parse, kind: str) -> web.StreamResponse:
+    gw = request.app[GATEWAY]
+    rt = gw.runtime  # the one snapshot this request uses, whatever is published meanwhile
+    ex = Exchange(request_id(request), kind)
+    rt.pools.acquire()
+    with gw.telemetry.span(kind, {"gateway.request_id": ex.rid}, trace.SpanKind.SERVER) as span:
+        try:
+            return await _serve(request, gw, rt, parse, ex)
+        finally:
+            rt.pools.release()
+            gw.telemetry.record(ex.record())
+            if gw.telemetry.tracing:
+                ex.annotate(span)
+
+
+async def _serve(
+    request: web.Request, gw: Gateway, rt: Runtime, parse: Parse, ex: Exchange
+) -> web.StreamResponse:
+    slot: str | None = None  # the admission's in-flight member: ours, never the client's
+    try:
+        eff = ex.eff = await gw.access.authenticate(request.headers.get("Authorization"))
+        req = parse(await read_body(request, gw.settings))
+        d = ex.d = rt.router.decide(
+            rt.classifier.classify(req, request.headers), rt.pools.health(), eff
+        )
+        adm = await gw.access.admit(eff, slot := "adm_" + os.urandom(8).hex())
+        call = rt.dispatcher.call(req, d, time.monotonic() + d.deadline)
+        if req.stream:
+            ex.stream = True
+            relay = await rt.dispatcher.stream(call)
+            return await _relay(request, gw, rt, ex, relay, adm, slot)
+        out = await rt.dispatcher.complete(call)
+    except GatewayError as e:
+        return _failed(gw, ex, e, slot)
+    except AttemptError as e:  # the engine refused the request itself: relay its answer
+        ex.status, ex.error = e.status or 400, e.kind
+        _account(gw, ex, slot)
+        headers = {H_REQUEST_ID: ex.rid, **ex.headers()}
+        return web.Response(status=ex.status, body=e.body, content_type=JSON, headers=headers)
+    return _answer(gw, rt, ex, req, out, adm, slot)
+
+
+def _failed(gw: Gateway, ex: Exchange, e: GatewayError, slot: str | None) -> web.Response:
+    ex.status, ex.error = e.status, e.code
+    extra = ex.headers()
+    if isinstance(e, RateLimited):
+        extra.update(e.headers)
+    if isinstance(e, UpstreamFailed):
+        extra[H_SHOULD_RETRY] = "false"  # every tier was tried: a client retry adds load only
+    _account(gw, ex, slot)
+    return error_response(e, ex.rid, extra)
+
+
+def _answer(
+    gw: Gateway,
+    rt: Runtime,
+    ex: Exchange,
+    req: ClientRequest,
+    out: Outcome,
+    adm: Admission,
+    slot: str,
+) -> web.Response:
+    ex.trail, ex.tier, ex.usage = out.trail, out.tier, out.usage
+    if ex.eff is not None:
+        _maybe_shadow(gw, rt, ex, req, lambda: answer_text(req.kind, orjson.loads(out.body)))
+    headers = ex.headers()
+    headers[H_REQUEST_ID] = ex.rid
+    if ex.eff is not None and ex.eff.tenant_id is not None:
+        headers.update(rate_headers(adm))
+    _account(gw, ex, slot)
+    return web.Response(body=out.body, content_type=JSON, headers=headers)
+
+
+async def _relay(
+    request: web.Request,
+    gw: Gateway,
+    rt: Runtime,
+    ex: Exchange,
+    relay: StreamRelay,
+    adm: Admission,
+    slot: str,
+) -> web.StreamResponse:
+    ex.trail, ex.tier = relay.trail, relay.tier
+    headers = ex.headers(relay.checks_failed)
+    headers[H_REQUEST_ID] = ex.rid
+    headers["Cache-Control"] = "no-cache"
+    if ex.eff is not None and ex.eff.tenant_id is not None:
+        headers.update(rate_headers(adm))
+    resp = web.StreamResponse(headers=headers)
+    resp.content_type = "text/event-stream"
+    try:
+        await resp.prepare(request)
+    except BaseException:
+        relay.abandon()
+        _account(gw, ex, slot)
+        raise
+    ex.first_byte = time.perf_counter()
+    try:
+        await _drive(relay, resp, ex)
+    finally:
+        ex.tier, ex.usage = relay.tier, relay.usage()
+        if relay.broken:
+            ex.error = "stream_broken"
+        else:
+            _maybe_shadow(gw, rt, ex, relay.call.req, relay.start.state.text)
+        _account(gw, ex, slot)
+    return resp
+
+
+async def _drive(relay: StreamRelay, resp: web.StreamResponse, ex: Exchange) -> None:
+    """Relay to the end. The head is sent: a bug from here on ends the stream with an error
+    event and ``[DONE]`` (logged once), never a second response head."""
+    try:
+        await relay.run(resp)
+    except (ConnectionResetError, asyncio.CancelledError):
+        return  # the client left; the relay has closed the upstream
+    except Exception:
+        log.exception("unexpected error relaying a stream (request %s)", ex.rid)
+        relay.broken = True
+        msg = f"The stream failed inside the gateway; request id {ex.rid}."
+        event = b"data: " + error_body(StreamBroken(msg)) + b"\n\ndata: [DONE]\n\n"
+        try:
+            await resp.write(event)
+            await resp.write_eof()
+        except (ConnectionResetError, RuntimeError):
+            pass
+
+
+def _maybe_shadow(
+    gw: Gateway, rt: Runtime, ex: Exchange, req: ClientRequest, text: Callable[[], str]
+) -> None:
+    eff, d = ex.eff, ex.d
+    if eff is None or d is None:
+        return
+    against = rt.shadow.wanted(eff.policy.shadow_rate, d, ex.tier)
+    if against is not None:
+        gw.spawn(
+            rt.shadow.compare(
+                req, dict(req.body), d, Served(ex.tier, text()), against, eff.tenant_id
+            )
+        )
+
+
+def _account(gw: Gateway, ex: Exchange, slot: str | None) -> None:
+    """Free the concurrency slot and count the usage, after the answer (tenants only)."""
+    eff = ex.eff
+    if slot is not None and eff is not None and eff.tenant_id is not None:
+        reason = ex.trail.fallback_kind if ex.trail is not None else ex.error
+        gw.spawn(gw.access.done(eff, slot, ex.tier, ex.usage, reason))
+
+
+async def read_body(request: web.Request, settings: Settings) -> bytes:
+    """The request body, within the size limit and the body-read timeout; a body in an
+    encoding we do not take is a 415, a corrupt one a 400."""
+    enc = request.headers.get("Content-Encoding", "").strip().lower()
+    if enc not in _ENCODINGS:
+        raise UnsupportedEncoding(
+            f"Content-Encoding {enc!r} is not supported; send identity, gzip or deflate."
+        )
+    limit = settings.max_body_bytes
+    if request.content_length is not None and request.content_length > limit:
+        raise PayloadTooLarge(
+            f"The request body is {request.content_length} bytes; the limit is {limit} bytes."
+        )
+    try:
+        async with asyncio.timeout(settings.body_timeout):
+            return await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise PayloadTooLarge(f"The request body is over the limit of {limit} bytes.") from None
+    except TimeoutError:
+        raise _bad(
+            f"The request body did not arrive within {settings.body_timeout:.0f}s.", 408
+        ) from None
+    except Exception as e:  # aiohttp's decompression and payload errors
+        if enc in ("", "identity"):
+            raise _bad("The request body could not be read.", 400) from e
+        raise _bad(f"The request body is not valid {enc} data.", 400) from None
+
+
+def _bad(message: str, status: int) -> GatewayError:
+    err = BadRequest(message, code="invalid_body" if status == 400 else "body_timeout")
+    err.status = status
+    return err

@@ -1,0 +1,111 @@
+"""One client request's record, filled in as it becomes known: what the response headers,
+the telemetry record and the span say about it."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry import trace
+
+from gateway.core.router import RouteDecision
+from gateway.dispatch.outcome import Trail, describe_fallback
+from gateway.headers import H_BACKOFF, H_CHECKS_FAILED, H_FALLBACK, H_OVERHEAD, H_ROUTE, H_TIER
+from gateway.ops.telemetry import (
+    A_SLA,
+    A_STATUS,
+    A_TASK,
+    A_TENANT,
+    A_TIER,
+    S_IN_TOKENS,
+    S_OPERATION,
+    S_OUT_TOKENS,
+    S_REQ_MODEL,
+    RequestRecord,
+)
+from gateway.tenancy.tenants import Effective
+
+
+@dataclass(slots=True)
+class Exchange:
+    rid: str
+    kind: str
+    t0: float = field(default_factory=time.perf_counter)
+    d: RouteDecision | None = None
+    eff: Effective | None = None
+    trail: Trail | None = None
+    status: int = 200
+    error: str | None = None
+    stream: bool = False
+    tier: str = "none"
+    usage: dict[str, Any] | None = None
+    first_byte: float | None = None
+
+    def headers(self, checks_failed: str | None = None) -> dict[str, str]:
+        """x-gateway-route, -tier, -fallback, -overhead-ms, -backoff-ms, -checks-failed."""
+        if self.d is None:
+            return {}
+        h = {H_ROUTE: self.d.route_header}
+        t = self.trail
+        if t is None:
+            return h
+        h[H_TIER] = self.tier
+        fb = describe_fallback(t.failures, self.tier)
+        if fb:
+            h[H_FALLBACK] = fb
+        h[H_OVERHEAD] = f"{max(self._overhead(time.perf_counter()), 0.0) * 1000:.3f}"
+        if t.backoff_s:
+            h[H_BACKOFF] = f"{t.backoff_s * 1000:.1f}"
+        if checks_failed or t.checks_failed:
+            h[H_CHECKS_FAILED] = checks_failed or t.checks_failed or ""
+        return h
+
+    def _overhead(self, until: float) -> float:
+        t = self.trail
+        waited = (t.upstream_s + t.backoff_s) if t is not None else 0.0
+        return until - self.t0 - waited
+
+    def record(self) -> RequestRecord:
+        now = time.perf_counter()
+        d, t = self.d, self.trail
+        # a stream's live phase is the engine's pace: its overhead ends at the first byte
+        end = self.first_byte if self.stream and self.first_byte is not None else now
+        u = self.usage or {}
+        return RequestRecord(
+            self.rid,
+            self.kind,
+            self.status,
+            now - self.t0,
+            self._overhead(end),
+            self.tier,
+            d.cls.task if d else "unknown",
+            d.cls.sla if d else "unknown",
+            self.eff.tenant_id if self.eff else None,
+            self.stream,
+            d.rule if d else "",
+            (self.first_byte - self.t0) if self.first_byte is not None else None,
+            int(u.get("prompt_tokens") or 0),
+            int(u.get("completion_tokens") or 0),
+            [(f.tier, f.kind, f.seconds) for f in t.failures] if t else [],
+            t.ok_attempt_s if t else None,
+            self.error,
+        )
+
+    def annotate(self, span: trace.Span) -> None:
+        attrs: dict[str, Any] = {S_OPERATION: self.kind, A_TIER: self.tier, A_STATUS: self.status}
+        if self.d is not None:
+            attrs[S_REQ_MODEL] = self.d.cls.model
+            attrs[A_TASK] = self.d.cls.task
+            attrs[A_SLA] = self.d.cls.sla
+            attrs["gateway.rule"] = self.d.rule
+        if self.eff is not None and self.eff.tenant_id:
+            attrs[A_TENANT] = self.eff.tenant_id
+        if self.trail is not None and self.trail.failures:
+            attrs["gateway.fallback_reason"] = self.trail.failures[0].kind
+        if self.trail is not None and self.trail.backoff_s:
+            attrs["gateway.backoff_ms"] = self.trail.backoff_s * 1000
+        if self.usage:
+            attrs[S_IN_TOKENS] = int(self.usage.get("prompt_tokens") or 0)
+            attrs[S_OUT_TOKENS] = int(self.usage.get("completion_tokens") or 0)
+        span.set_attributes(attrs)

@@ -1,0 +1,45 @@
+"""The data plane's last line: nothing answers a plain-text 500.
+
+Any exception a handler did not turn into an answer becomes a 500 OpenAI error envelope
+(``code: internal_error``) carrying the request id, and is logged once with its stack.
+aiohttp's own HTTP errors (an oversize body, a bad ``Content-Encoding``) get the envelope
+too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from gateway.errors import BadRequest, GatewayError, InternalError, PayloadTooLarge
+from gateway.server.responses import error_response, request_id
+
+log = logging.getLogger("gateway.server")
+
+
+@web.middleware
+async def catch_all(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except asyncio.CancelledError:
+        raise
+    except web.HTTPException as e:
+        return error_response(_from_http(e), request_id(request))
+    except Exception:
+        rid = request_id(request)
+        log.exception("unexpected error on %s %s (request %s)", request.method, request.path, rid)
+        err = InternalError(f"The gateway failed unexpectedly; request id {rid}.")
+        return error_response(err, rid)
+
+
+def _from_http(e: web.HTTPException) -> GatewayError:
+    if e.status == 413:
+        return PayloadTooLarge(e.text or "The request body is too large.")
+    if 400 <= e.status < 500:
+        err = BadRequest(e.reason or "Bad request.")
+        err.status = e.status
+        return err
+    return InternalError(e.reason or "Internal error.")

@@ -1,0 +1,165 @@
+"""The data plane's state: a process-wide :class:`Gateway` holding one published
+:class:`Runtime` snapshot.
+
+No module globals: the app factory builds it inside the aiohttp app's lifespan and
+stores it under one typed app key (:data:`GATEWAY`). A request takes the snapshot once
+(:attr:`Gateway.runtime`) and uses only it: a rules swap publishes a new snapshot and
+never changes one in use; pools the new rules no longer use are closed when the last
+request holding them ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from gateway.checks.registry import build_checks
+from gateway.core.classify import Classifier
+from gateway.core.router import Router
+from gateway.core.rules import Rules
+from gateway.dispatch.attempts import Dispatcher
+from gateway.ops.control import RulesControl
+from gateway.ops.shadow import Shadow
+from gateway.ops.telemetry import Telemetry
+from gateway.settings import Settings
+from gateway.tenancy.access import Access
+from gateway.tenancy.memory_store import MemoryStore
+from gateway.tenancy.redis_store import RedisStore
+from gateway.tenancy.store import Store
+from gateway.upstream.pools import Pools, TransportFactory
+
+log = logging.getLogger("gateway")
+
+
+@dataclass(frozen=True, slots=True)
+class Runtime:
+    """Everything a request needs that the rules decide, frozen together."""
+
+    rules: Rules
+    classifier: Classifier
+    router: Router
+    pools: Pools
+    dispatcher: Dispatcher
+    shadow: Shadow
+    models_body: bytes
+
+
+@dataclass(slots=True)
+class Gateway:
+    settings: Settings
+    store: Store | None
+    access: Access
+    telemetry: Telemetry
+    runtime: Runtime
+    transport: TransportFactory | None = None
+    control: RulesControl | None = None
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
+    @classmethod
+    def build(
+        cls,
+        settings: Settings,
+        rules: Rules,
+        store: Store | None = None,
+        transport: TransportFactory | None = None,
+    ) -> Gateway:
+        rules = rules.with_endpoints(settings.pool_urls)
+        if store is None and settings.redis_url:
+            store = RedisStore(settings.redis_url, settings.redis_prefix, settings.redis_timeout)
+        elif store is None and settings.admin_token is not None:
+            store = MemoryStore()
+        secret = (
+            settings.key_secret.get_secret_value().encode()
+            if settings.key_secret
+            else secrets.token_bytes(32)
+        )  # in-process store: keys die with it anyway
+        access = Access(store, secret, settings.tenancy, settings.policy_cache_ttl)
+        tel = Telemetry(settings.otlp_endpoint)
+        pools = Pools(dict(rules.tiers), transport)
+        return cls(settings, store, access, tel, _runtime(rules, pools, tel, store), transport)
+
+    def use_rules(self, rules: Rules) -> None:
+        """Publish a snapshot for new rules; pools are rebuilt only when the tiers changed."""
+        old = self.runtime
+        pools = old.pools
+        if rules.tiers != old.rules.tiers:
+            pools = Pools(dict(rules.tiers), self.transport)
+            pools.start()
+            grace = max((t.timeouts.total for t in old.rules.tiers.values()), default=60)
+            self.spawn(old.pools.retire(grace))
+        self.runtime = _runtime(rules, pools, self.telemetry, self.store)
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run a background task (usage accounting, cleanups) that is awaited at shutdown."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def start(self, rules_path: Path, rules_text: str) -> None:
+        self.runtime.pools.start()
+        self.telemetry.start()
+        self.control = RulesControl(
+            self.store,
+            rules_path,
+            rules_text,
+            self.use_rules,
+            self.settings.pool_urls,
+            self.settings.rules_watch_interval,
+        )
+        await self.control.start()
+        if self.store is not None:
+            self.spawn(self._listen())
+
+    async def _listen(self) -> None:
+        assert self.store is not None
+        async for ev in self.store.events():
+            self.access.on_event(ev)
+            if self.control is not None:
+                await self.control.on_event(ev)
+
+    async def close(self) -> None:
+        if self.control is not None:
+            await self.control.close()
+        for t in list(self._tasks):
+            t.cancel()
+        for t in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        await self.runtime.pools.close()
+        await self.telemetry.close()
+        if self.store is not None:
+            await self.store.close()
+
+
+def _runtime(rules: Rules, pools: Pools, tel: Telemetry, store: Store | None) -> Runtime:
+    dispatcher = Dispatcher(
+        pools, build_checks(rules.checks), rules.dispatch, rules.checks.repetition, tel
+    )
+    return Runtime(
+        rules,
+        Classifier(rules),
+        Router(rules),
+        pools,
+        dispatcher,
+        Shadow(pools, store, tel),
+        _models_body(rules),
+    )
+
+
+def _models_body(rules: Rules) -> bytes:
+    ids: list[str] = list(rules.aliases)
+    ids += [t.model for t in rules.tiers.values() if t.model not in ids]
+    data = [{"id": i, "object": "model", "created": 0, "owned_by": "gateway"} for i in ids]
+    return orjson.dumps({"object": "list", "data": data})
+
+
+GATEWAY = web.AppKey("gateway", Gateway)

@@ -1,0 +1,309 @@
+"""Dispatch and relay on an in-memory transport: the attempt loop, budgets, assembly of a
+non-streamed answer from an upstream stream, continuation and stream endings — no sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+import orjson
+import pytest
+import yaml
+
+from gateway.checks.registry import build_checks
+from gateway.core.classify import Classifier
+from gateway.core.request import parse_chat
+from gateway.core.router import Router
+from gateway.core.rules import Rules
+from gateway.dispatch.attempts import Dispatcher
+from gateway.dispatch.call import Call
+from gateway.errors import UpstreamFailed
+from gateway.ops.telemetry import Telemetry
+from gateway.tenancy.tenants import OPEN
+from gateway.upstream.pools import Pools
+from gateway.upstream.transport import AttemptError
+from tests.conftest import RULES
+from tests.memory_transport import Handler, Reply, Transports, events
+
+T = TypeVar("T")
+
+
+def aio(f: Callable[..., Coroutine[Any, Any, T]]) -> Callable[..., T]:
+    """Run an async test on a fresh event loop (no plugin needed)."""
+
+    @functools.wraps(f)
+    def run(*args: Any, **kwargs: Any) -> T:
+        return asyncio.run(f(*args, **kwargs))
+
+    return run
+
+
+LOOP = ["I will repeat this sentence again. "] * 80
+
+
+def _rules(**dispatch: Any) -> Rules:
+    data = yaml.safe_load(RULES.read_text())
+    for tier in data["tiers"].values():
+        tier["timeouts"] = {"connect": 1.0, "ttft": 0.5, "total": 3.0, "stall": 0.5}
+        tier["health"] = {"enabled": False}
+        tier["circuit"] = {"failures": 1000, "cooldown": 1.0}
+        tier["stream"] = {"hold_back_tokens": 0}
+        tier["request_defaults"] = {}
+    data["dispatch"] = {"backoff_initial": 0.01, "backoff_jitter": 0.0, **dispatch}
+    return Rules.model_validate(data)
+
+
+class Rig:
+    def __init__(self, handler: Handler, **dispatch: Any):
+        self.rules = _rules(**dispatch)
+        self.transports = Transports(handler)
+        self.pools = Pools(dict(self.rules.tiers), self.transports)
+        self.dispatcher = Dispatcher(
+            self.pools,
+            build_checks(self.rules.checks),
+            self.rules.dispatch,
+            self.rules.checks.repetition,
+            Telemetry(),
+        )
+
+    def call(
+        self,
+        text: str = "Tell me about tea.",
+        stream: bool = False,
+        deadline: float = 5.0,
+        **body: Any,
+    ) -> Call:
+        raw = orjson.dumps(
+            {
+                "model": "auto",
+                "stream": stream,
+                "messages": [{"role": "user", "content": text}],
+                **body,
+            }
+        )
+        req = parse_chat(raw)
+        d = Router(self.rules).decide(Classifier(self.rules).classify(req, {}), {}, OPEN)
+        return self.dispatcher.call(req, d, time.monotonic() + deadline)
+
+    def calls(self, tier: str) -> list[dict[str, Any]]:
+        t = self.transports.by_tier[tier]
+        return t.calls
+
+
+def by_tier(**replies: Reply | list[Reply]) -> Handler:
+    """highspeed=Reply(...) or a list of replies served in order."""
+    queues = {k: (v if isinstance(v, list) else None) for k, v in replies.items()}
+
+    def handler(tier: str, body: dict[str, Any]) -> Reply:
+        q = queues.get(tier)
+        if q is not None:
+            return q.pop(0) if len(q) > 1 else q[0]
+        r = replies[tier]
+        assert isinstance(r, Reply)
+        return r
+
+    return handler
+
+
+OK_FAST = Reply(
+    chunks=events(
+        ["Green ", "tea ", "is ", "good."], prompt_tokens=7, completion_tokens=4, total_tokens=11
+    )
+)
+OK_STD = Reply(chunks=events(["Standard ", "answer."]))
+
+
+@aio
+async def test_non_stream_is_assembled_from_an_upstream_stream() -> None:
+    rig = Rig(by_tier(highspeed=OK_FAST, standard=OK_STD))
+    out = await rig.dispatcher.complete(rig.call())
+    body = orjson.loads(out.body)
+    assert out.tier == "highspeed"
+    assert body["object"] == "chat.completion"
+    assert body["choices"][0]["message"] == {"role": "assistant", "content": "Green tea is good."}
+    assert body["choices"][0]["finish_reason"] == "stop"
+    assert body["usage"] == {"prompt_tokens": 7, "completion_tokens": 4, "total_tokens": 11}
+    sent = rig.calls("highspeed")[0]
+    assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True}
+
+
+@aio
+async def test_a_finished_stream_without_done_is_complete() -> None:
+    rig = Rig(by_tier(highspeed=Reply(chunks=events(["Fine."], done=False)), standard=OK_STD))
+    out = await rig.dispatcher.complete(rig.call())
+    assert out.tier == "highspeed" and not out.trail.failures
+
+
+@pytest.mark.parametrize(
+    ("fast", "kinds", "fast_calls"),
+    [
+        (Reply(status=500, body=b"boom"), ["http_500", "http_500"], 2),  # transient: once more
+        (Reply(status=503, retry_after=0.05), ["http_503", "http_503"], 2),
+        (Reply(status=408), ["http_408"], 1),  # not transient: straight to the next tier
+        (Reply(hang_after=0), ["timeout_ttft"], 1),
+        (Reply(chunks=events(["Hi"])[:2], hang_after=2), ["stall"], 1),
+        (Reply(chunks=events(LOOP)), ["check_repetition"], 1),
+        (Reply(chunks=[b"data: {not json\n\n"]), ["bad_stream"], 1),
+        (Reply(chunks=events(["cut"], finish=None, done=False)), ["stream_cut"], 1),
+    ],
+)
+@aio
+async def test_faults_fall_back_to_standard(fast: Reply, kinds: list[str], fast_calls: int) -> None:
+    rig = Rig(by_tier(highspeed=fast, standard=OK_STD))
+    out = await rig.dispatcher.complete(rig.call())
+    assert out.tier == "standard"
+    assert [f.kind for f in out.trail.failures] == kinds
+    assert len(rig.calls("highspeed")) == fast_calls
+    assert all(s.closed or s.released for s in rig.transports.by_tier["highspeed"].streams)
+
+
+@aio
+async def test_no_backoff_before_another_tier_only_before_the_same_one() -> None:
+    rig = Rig(by_tier(highspeed=Reply(status=408), standard=OK_STD))
+    out = await rig.dispatcher.complete(rig.call())
+    assert out.trail.backoff_s == 0.0
+    rig = Rig(by_tier(highspeed=Reply(status=503, retry_after=0.05), standard=OK_STD))
+    out = await rig.dispatcher.complete(rig.call())
+    assert out.trail.backoff_s == pytest.approx(0.05)
+
+
+@aio
+async def test_a_loop_stops_generation_early() -> None:
+    slow_loop = Reply(chunks=events(LOOP * 3), gap=0.002)
+    rig = Rig(by_tier(highspeed=slow_loop, standard=OK_STD))
+    t0 = time.monotonic()
+    out = await rig.dispatcher.complete(rig.call())
+    assert out.tier == "standard"
+    assert time.monotonic() - t0 < 0.4  # 240 chunks x 2 ms would be ~0.5 s
+    assert rig.transports.by_tier["highspeed"].streams[0].closed
+
+
+@aio
+async def test_engine_client_error_is_relayed_not_retried() -> None:
+    rig = Rig(by_tier(highspeed=Reply(status=400, body=b'{"error": "no"}'), standard=OK_STD))
+    with pytest.raises(AttemptError) as e:
+        await rig.dispatcher.complete(rig.call())
+    assert e.value.status == 400 and e.value.body == b'{"error": "no"}'
+    assert "standard" not in rig.transports.by_tier or not rig.calls("standard")
+
+
+@aio
+async def test_hung_fast_tier_leaves_the_standard_tier_its_reserve() -> None:
+    # the fast tier's TTFT timeout is far away; the deadline minus the reserve is not
+    rig = Rig(by_tier(highspeed=Reply(hang_after=0), standard=OK_STD), reserve_floor=0.3)
+    rig.rules.tiers["highspeed"].timeouts.__dict__["ttft"] = 30.0
+    t0 = time.monotonic()
+    out = await rig.dispatcher.complete(rig.call(deadline=0.8))
+    assert out.tier == "standard"
+    assert 0.4 < time.monotonic() - t0 < 0.8
+
+
+@aio
+async def test_last_tier_check_failure_is_delivered_with_its_name() -> None:
+    rig = Rig(
+        by_tier(highspeed=Reply(status=500), standard=Reply(chunks=events([""], finish="stop")))
+    )
+    out = await rig.dispatcher.complete(rig.call())
+    assert out.tier == "standard"
+    assert out.trail.checks_failed == "non_empty"
+
+
+@aio
+async def test_every_tier_failing_is_an_upstream_error() -> None:
+    rig = Rig(by_tier(highspeed=Reply(status=500), standard=Reply(status=502)))
+    with pytest.raises(UpstreamFailed):
+        await rig.dispatcher.complete(rig.call())
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.data = b""
+        self.eof = False
+
+    async def write(self, data: bytes) -> None:
+        self.data += data
+
+    async def write_eof(self, data: bytes = b"") -> None:
+        self.eof = True
+
+    def payloads(self) -> list[Any]:
+        out = []
+        for line in self.data.split(b"\n"):
+            if line.startswith(b"data: ") and line != b"data: [DONE]":
+                out.append(orjson.loads(line[6:]))
+        return out
+
+    def text(self) -> str:
+        return "".join(
+            (c.get("delta") or {}).get("content") or ""
+            for p in self.payloads()
+            for c in p.get("choices") or ()
+        )
+
+
+async def _relay(rig: Rig, **call: Any) -> tuple[Sink, Any]:
+    relay = await rig.dispatcher.stream(rig.call(stream=True, **call))
+    sink = Sink()
+    await relay.run(sink)
+    return sink, relay
+
+
+@aio
+async def test_stream_relayed_untouched_and_finished() -> None:
+    rig = Rig(by_tier(highspeed=OK_FAST, standard=OK_STD))
+    sink, relay = await _relay(rig)
+    assert sink.data.startswith(b"".join(OK_FAST.chunks))
+    assert sink.data.count(b"data: [DONE]") == 1 and sink.eof and not relay.broken
+
+
+@aio
+async def test_stream_without_done_after_finish_gets_one_done_and_no_continuation() -> None:
+    fast = Reply(chunks=events(["All ", "good."], done=False))
+    rig = Rig(by_tier(highspeed=fast, standard=OK_STD))
+    sink, relay = await _relay(rig)
+    assert sink.data.count(b"data: [DONE]") == 1
+    assert sink.text() == "All good."
+    assert "standard" not in rig.transports.by_tier or not rig.calls("standard")
+    assert not relay.broken
+
+
+@aio
+async def test_mid_stream_cut_is_continued_on_standard() -> None:
+    fast = Reply(chunks=events(["Green ", "tea "], finish=None, done=False))
+    std = Reply(chunks=events(["is ", "good."]))
+    rig = Rig(by_tier(highspeed=fast, standard=std))
+    sink, relay = await _relay(rig)
+    assert sink.text() == "Green tea is good."
+    assert relay.tier == "standard" and not relay.broken
+    cont = rig.calls("standard")[0]
+    assert cont["messages"][-1] == {"role": "assistant", "content": "Green tea "}
+
+
+@aio
+async def test_continuation_refused_with_4xx_ends_with_an_error_event() -> None:
+    fast = Reply(chunks=events(["Green ", "tea "], finish=None, done=False))
+    rig = Rig(by_tier(highspeed=fast, standard=Reply(status=400, body=b'{"error":"no prefill"}')))
+    sink, relay = await _relay(rig)
+    assert relay.broken
+    assert b"HTTP/1.1" not in sink.data
+    assert sink.payloads()[-1]["error"]["code"] == "stream_broken"
+    data_lines = [ln for ln in sink.data.split(b"\n") if ln.startswith(b"data: ")]
+    assert data_lines[-1] == b"data: [DONE]" and sink.eof
+    assert rig.pools["standard"].continues is False  # learned: never sent a prefix again
+
+
+@aio
+async def test_client_leaving_closes_the_upstream() -> None:
+    fast = Reply(chunks=events(["x "] * 50), gap=0.01)
+    rig = Rig(by_tier(highspeed=fast, standard=OK_STD))
+    relay = await rig.dispatcher.stream(rig.call(stream=True))
+    task = asyncio.ensure_future(relay.run(Sink()))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert rig.transports.by_tier["highspeed"].streams[0].closed
+    assert rig.pools["highspeed"].replicas[0].in_flight == 0

@@ -1,0 +1,427 @@
+"""Structure rules for the ``gateway`` package, checked on its source with ``ast``.
+
+* no module over ``MAX_MODULE_LINES`` lines;
+* no function or method over ``MAX_FUNCTION_LINES`` lines or ``MAX_PARAMS`` parameters;
+* no import cycle among gateway modules (imports inside functions count, imports under
+  ``if TYPE_CHECKING:`` do not);
+* no module-level mutable state: no ``global`` statement, no module-level list/dict/set;
+* the data plane (server, dispatch, upstream, core) never imports the control plane (admin).
+
+Every failure names the offending ``file:line``.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = "gateway"
+
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 60
+MAX_PARAMS = 6
+DATA_PLANE = ("gateway.server", "gateway.dispatch", "gateway.upstream", "gateway.core")
+CONTROL_PLANE = "gateway.admin"
+MUTABLE_LITERALS = (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)
+MUTABLE_FACTORIES = frozenset({"list", "dict", "set"})
+
+Offender = str  # "path:line: what is wrong"
+
+
+@dataclass(frozen=True)
+class Module:
+    name: str
+    """Dotted name; a package is named by its ``__init__``: ``gateway.checks``."""
+    path: str
+    """Relative to the repository root, for messages."""
+    is_package: bool
+    lines: int
+    tree: ast.Module
+
+    def at(self, node: ast.AST | int) -> str:
+        line = node if isinstance(node, int) else getattr(node, "lineno", 0)
+        return f"{self.path}:{line}"
+
+
+def parse_module(name: str, path: str, source: str, is_package: bool = False) -> Module:
+    tree = ast.parse(source, filename=path)
+    return Module(name, path, is_package, len(source.splitlines()), tree)
+
+
+def load_package(root: Path, package: str) -> tuple[Module, ...]:
+    modules = []
+    for file in sorted((root / package).rglob("*.py")):
+        rel = file.relative_to(root)
+        parts = rel.with_suffix("").parts
+        is_package = parts[-1] == "__init__"
+        name = ".".join(parts[:-1] if is_package else parts)
+        modules.append(parse_module(name, rel.as_posix(), file.read_text("utf-8"), is_package))
+    return tuple(modules)
+
+
+# --------------------------------------------------------------------------------------------
+# Imports
+# --------------------------------------------------------------------------------------------
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def import_nodes(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement under ``node``, in functions too, but not under
+    ``if TYPE_CHECKING:`` (its ``else:`` branch does count)."""
+    if isinstance(node, ast.Import | ast.ImportFrom):
+        yield node
+        return
+    if isinstance(node, ast.If) and _is_type_checking(node.test):
+        children: list[ast.AST] = list(node.orelse)
+    else:
+        children = list(ast.iter_child_nodes(node))
+    for child in children:
+        yield from import_nodes(child)
+
+
+def _base_of_relative(mod: Module, level: int, target: str | None) -> str:
+    package = mod.name.split(".") if mod.is_package else mod.name.split(".")[:-1]
+    base = package[: len(package) - level + 1]
+    return ".".join([*base, target] if target else base)
+
+
+def imported_names(mod: Module, node: ast.Import | ast.ImportFrom) -> Iterator[str]:
+    """Dotted names an import statement may load: ``from a.b import c`` gives ``a.b.c``
+    (a module, when it is one) and ``a.b``."""
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            yield alias.name
+        return
+    source = node.module or ""
+    if node.level:
+        source = _base_of_relative(mod, node.level, node.module)
+    for alias in node.names:
+        yield f"{source}.{alias.name}"
+    yield source
+
+
+def resolve(name: str, known: frozenset[str]) -> str | None:
+    """The gateway module ``name`` refers to: itself, else its nearest known parent."""
+    parts = name.split(".")
+    while parts:
+        candidate = ".".join(parts)
+        if candidate in known:
+            return candidate
+        parts.pop()
+    return None
+
+
+def module_imports(mod: Module, known: frozenset[str]) -> dict[str, int]:
+    """Gateway modules imported by ``mod`` -> line of the first such import."""
+    found: dict[str, int] = {}
+    for node in import_nodes(mod.tree):
+        names = list(imported_names(mod, node))
+        if isinstance(node, ast.ImportFrom):
+            # ``from x import y``: the module x.y when it is one, else x itself.
+            *members, source = names
+            targets = [m if m in known else source for m in members]
+        else:
+            targets = names
+        for target in targets:
+            resolved = resolve(target, known)
+            if resolved is not None and resolved != mod.name:
+                found.setdefault(resolved, node.lineno)
+    return found
+
+
+def import_graph(modules: tuple[Module, ...]) -> dict[str, dict[str, int]]:
+    known = frozenset(m.name for m in modules)
+    return {m.name: module_imports(m, known) for m in modules}
+
+
+def _strongly_connected(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """Tarjan's algorithm, iterative; components of two or more modules only."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, edges = work[-1]
+            nxt = next(edges, None)
+            if nxt is not None:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    components.append(sorted(component))
+    return components
+
+
+def _cycle_through(graph: dict[str, dict[str, int]], members: list[str]) -> list[str]:
+    """A shortest cycle from the first member back to itself, within the component."""
+    inside = set(members)
+    start = members[0]
+    parent: dict[str, str] = {}
+    queue = [start]
+    for node in queue:
+        for nxt in sorted(graph[node]):
+            if nxt == start:
+                path = [node]
+                while path[-1] != start:
+                    path.append(parent[path[-1]])
+                return [*reversed(path), start]
+            if nxt in inside and nxt not in parent:
+                parent[nxt] = node
+                queue.append(nxt)
+    raise AssertionError(f"no cycle through {start}")  # pragma: no cover
+
+
+def import_cycles(modules: tuple[Module, ...]) -> list[Offender]:
+    graph = import_graph(modules)
+    paths = {m.name: m.path for m in modules}
+    offenders = []
+    for members in _strongly_connected(graph):
+        cycle = _cycle_through(graph, members)
+        steps = [f"{paths[a]}:{graph[a][b]} imports {b}" for a, b in itertools.pairwise(cycle)]
+        offenders.append("import cycle: " + " -> ".join(steps))
+    return offenders
+
+
+# --------------------------------------------------------------------------------------------
+# Per-module rules
+# --------------------------------------------------------------------------------------------
+
+
+def module_size(mod: Module) -> list[Offender]:
+    if mod.lines <= MAX_MODULE_LINES:
+        return []
+    return [f"{mod.at(1)}: {mod.lines} lines (max {MAX_MODULE_LINES})"]
+
+
+def count_params(args: ast.arguments) -> int:
+    positional = [*args.posonlyargs, *args.args]
+    if positional and positional[0].arg in ("self", "cls"):
+        positional = positional[1:]
+    extra = (args.vararg is not None) + (args.kwarg is not None)
+    return len(positional) + len(args.kwonlyargs) + extra
+
+
+def function_size(mod: Module) -> list[Offender]:
+    offenders = []
+    for node in ast.walk(mod.tree):
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        lines = (node.end_lineno or node.lineno) - node.lineno + 1
+        if lines > MAX_FUNCTION_LINES:
+            offenders.append(f"{mod.at(node)}: {node.name}() is {lines} lines")
+        params = count_params(node.args)
+        if params > MAX_PARAMS:
+            offenders.append(f"{mod.at(node)}: {node.name}() takes {params} parameters")
+    return offenders
+
+
+def _module_level(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """Statements run at import time: the body, including module-level if/try/with/for
+    blocks, but not function or class bodies."""
+    for stmt in body:
+        yield stmt
+        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            continue
+        for field in ("body", "orelse", "finalbody"):
+            yield from _module_level(getattr(stmt, field, []))
+        for handler in getattr(stmt, "handlers", []):
+            yield from _module_level(handler.body)
+
+
+def is_mutable_value(value: ast.expr | None) -> bool:
+    if isinstance(value, MUTABLE_LITERALS):
+        return True
+    return (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Name)
+        and value.func.id in MUTABLE_FACTORIES
+    )
+
+
+def mutable_state(mod: Module) -> list[Offender]:
+    offenders = [
+        f"{mod.at(node)}: 'global {', '.join(node.names)}' statement"
+        for node in ast.walk(mod.tree)
+        if isinstance(node, ast.Global)
+    ]
+    for stmt in _module_level(mod.tree.body):
+        if isinstance(stmt, ast.Assign | ast.AnnAssign | ast.AugAssign) and is_mutable_value(
+            stmt.value
+        ):
+            kind = type(stmt.value).__name__
+            offenders.append(f"{mod.at(stmt)}: module-level mutable {kind}")
+    return offenders
+
+
+def plane_separation(mod: Module) -> list[Offender]:
+    """Data-plane modules never import the control plane, not even for type checking."""
+    if not mod.name.startswith(tuple(p + "." for p in DATA_PLANE)) and mod.name not in DATA_PLANE:
+        return []
+    offenders = []
+    for node in ast.walk(mod.tree):
+        if not isinstance(node, ast.Import | ast.ImportFrom):
+            continue
+        for name in imported_names(mod, node):
+            if name == CONTROL_PLANE or name.startswith(CONTROL_PLANE + "."):
+                offenders.append(f"{mod.at(node)}: data plane imports {name}")
+                break
+    return offenders
+
+
+RULES: MappingProxyType[str, Callable[[Module], list[Offender]]] = MappingProxyType(
+    {
+        "module_size": module_size,
+        "function_size": function_size,
+        "mutable_state": mutable_state,
+        "plane_separation": plane_separation,
+    }
+)
+
+MODULES = load_package(ROOT, PACKAGE)
+
+
+# --------------------------------------------------------------------------------------------
+# The rules on the gateway package
+# --------------------------------------------------------------------------------------------
+
+
+def test_the_package_is_found() -> None:
+    names = {m.name for m in MODULES}
+    assert {"gateway", "gateway.checks.base", "gateway.server.app"} <= names
+
+
+@pytest.mark.parametrize("rule", sorted(RULES))
+def test_gateway_follows(rule: str) -> None:
+    offenders = [o for mod in MODULES for o in RULES[rule](mod)]
+    assert not offenders, f"{rule}:\n" + "\n".join(offenders)
+
+
+def test_no_import_cycles() -> None:
+    offenders = import_cycles(MODULES)
+    assert not offenders, "\n".join(offenders)
+
+
+# --------------------------------------------------------------------------------------------
+# The rules themselves, on small sources
+# --------------------------------------------------------------------------------------------
+
+LONG_BODY = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+
+
+@pytest.mark.parametrize(
+    ("rule", "source", "expected"),
+    [
+        ("module_size", "x = 1\n" * MAX_MODULE_LINES, 0),
+        ("module_size", "x = 1\n" * (MAX_MODULE_LINES + 1), 1),
+        ("function_size", f"def f():\n{LONG_BODY[: LONG_BODY.rfind(chr(10))]}\n", 0),
+        ("function_size", f"def f():\n{LONG_BODY}\n", 1),
+        ("function_size", "class C:\n    def m(self, a, b, c, d, e, f): ...\n", 0),
+        ("function_size", "class C:\n    def m(self, a, b, c, d, e, f, g): ...\n", 1),
+        ("function_size", "def f(a, /, b, *args, c, d, **kw): ...\n", 0),
+        ("function_size", "def f(a, /, b, *args, c, d, e, **kw): ...\n", 1),
+        ("function_size", "async def f(self, a, b, c, d, e, g): ...\n", 0),
+        ("mutable_state", "X = (1, 2)\nY = frozenset({1})\nZ = MappingProxyType({})\n", 0),
+        ("mutable_state", "X = [1]\n", 1),
+        ("mutable_state", "X: dict[str, int] = {}\n", 1),
+        ("mutable_state", "X = {i for i in range(3)}\n", 1),
+        ("mutable_state", "X = dict(a=1)\n", 1),
+        ("mutable_state", "try:\n    X = list()\nexcept ImportError:\n    X = set()\n", 2),
+        ("mutable_state", "def f():\n    global X\n    X = []\n", 1),
+        ("mutable_state", "class C:\n    items = []\n", 0),
+        ("plane_separation", "from gateway.admin import routes\n", 1),
+        ("plane_separation", "def f():\n    import gateway.admin.routes\n", 1),
+        ("plane_separation", "from gateway.tenancy import store\n", 0),
+    ],
+)
+def test_rule_on_source(rule: str, source: str, expected: int) -> None:
+    mod = parse_module("gateway.core.sample", "gateway/core/sample.py", source)
+    offenders = RULES[rule](mod)
+    assert len(offenders) == expected, offenders
+    assert all(o.startswith("gateway/core/sample.py:") for o in offenders)
+
+
+def _package(sources: dict[str, str]) -> tuple[Module, ...]:
+    return tuple(
+        parse_module(
+            name.removesuffix(".__init__"),
+            name.replace(".", "/") + ".py",
+            source,
+            name.endswith("__init__"),
+        )
+        for name, source in sources.items()
+    )
+
+
+@pytest.mark.parametrize(
+    ("sources", "cycle"),
+    [
+        (
+            {"g.__init__": "", "g.a": "from g import b\n", "g.b": "x = 1\n"},
+            "",
+        ),
+        (
+            {"g.__init__": "", "g.a": "from g.b import x\n", "g.b": "def f():\n    import g.a\n"},
+            "g/a.py:1 imports g.b -> g/b.py:2 imports g.a",
+        ),
+        (
+            {
+                "g.__init__": "",
+                "g.a": "import typing\nif typing.TYPE_CHECKING:\n    from g.b import x\n",
+                "g.b": "from g.a import y\n",
+            },
+            "",
+        ),
+        (
+            {"g.__init__": "", "g.a": "from . import b\n", "g.b": "from .a import y\n"},
+            "g/a.py:1 imports g.b -> g/b.py:1 imports g.a",
+        ),
+        (
+            {
+                "g.__init__": "",
+                "g.p.__init__": "",
+                "g.p.a": "from ..c import z\n",
+                "g.c": "import g.p.a as pa\n",
+            },
+            "g/c.py:1 imports g.p.a -> g/p/a.py:1 imports g.c",
+        ),
+    ],
+)
+def test_import_cycles_on_source(sources: dict[str, str], cycle: str) -> None:
+    offenders = import_cycles(_package(sources))
+    assert offenders == ([f"import cycle: {cycle}"] if cycle else [])
