@@ -389,7 +389,9 @@ def main(argv: list[str] | None = None) -> int:
         help="how far below standard the fast tier's mean score may be",
     )
     ap.add_argument("--min-alignment", type=float, default=0.5)
-    ap.add_argument("--shadow", default=None, help="gateway URL: include /admin/shadow")
+    ap.add_argument(
+        "--shadow", default=None, help="the admin API's URL (:8081): include /admin/shadow"
+    )
     ap.add_argument("--admin-token", default="")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--no-progress", action="store_true")

@@ -1,6 +1,7 @@
 """The ``gateway`` command: serve, validate, explain.
 
-``gateway serve [--rules FILE] [--host H] [--port P]`` runs the proxy;
+``gateway serve [--rules FILE] [--host H] [--port P] [--admin-host H] [--admin-port P]``
+runs the proxy, and the admin API on its own listener;
 ``gateway validate FILE`` prints every problem of a rules file with its YAML path;
 ``gateway explain FILE REQUEST.json`` prints the routing decision for a request
 without sending it. REQUEST.json is either a request body, or
@@ -38,11 +39,18 @@ def _load(path: Path) -> Rules:
 def cmd_serve(args: argparse.Namespace) -> int:
     from aiohttp import web
 
+    from gateway.admin.server import AdminListenError
     from gateway.ops.local import self_check_hook
-    from gateway.server.app import create_app
+    from gateway.serve import build_app
 
     try:
-        settings = load_settings(rules=args.rules, host=args.host, port=args.port)
+        settings = load_settings(
+            rules=args.rules,
+            host=args.host,
+            port=args.port,
+            admin_host=args.admin_host,
+            admin_port=args.admin_port,
+        )
     except ValueError as e:  # pydantic's ValidationError is a ValueError
         print(f"error: bad settings: {e}", file=sys.stderr)
         return 2
@@ -51,30 +59,35 @@ def cmd_serve(args: argparse.Namespace) -> int:
     setup_logging(settings.log_level, settings.access_log)
     path = settings.rules_path()
     rules = _load(path).with_endpoints(settings.pool_urls)
-    app = create_app(settings, rules, path, path.read_text(encoding="utf-8"))
+    app = build_app(settings, rules, path, path.read_text(encoding="utf-8"), _say)
     tiers = ", ".join(f"{n} -> {','.join(t.endpoints)}" for n, t in rules.tiers.items())
     print(f"gateway: rules {path}; tiers: {tiers}", flush=True)
     app.on_startup.append(_tune_gc)
     engines = _local_engines(settings, rules)
     if engines is not None:
-        app.on_startup.append(
-            self_check_hook(settings.host, settings.port, lambda s: print(s, flush=True))
-        )
+        app.on_startup.append(self_check_hook(settings.host, settings.port, _say))
     try:
         web.run_app(
             app,
             host=settings.host,
             port=settings.port,
             access_log=None,
-            print=lambda s: print(s, flush=True),
+            print=_say,
             loop=_new_loop(),
             backlog=4096,
             handler_cancellation=True,
         )
+    except AdminListenError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     finally:
         if engines is not None:
             engines.stop()
     return 0
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
 
 
 async def _tune_gc(app: object) -> None:
@@ -200,6 +213,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--rules", type=Path, default=None, help="routing_rules.yaml")
     s.add_argument("--host", default=None)
     s.add_argument("--port", type=int, default=None)
+    s.add_argument("--admin-host", default=None, help="the admin API's listener (127.0.0.1)")
+    s.add_argument("--admin-port", type=int, default=None, help="the admin API's port (8081)")
     s.set_defaults(func=cmd_serve)
     v = sub.add_parser("validate", help="check a rules file")
     v.add_argument("file")

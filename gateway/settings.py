@@ -33,6 +33,11 @@ class Settings(BaseSettings):
     workers: int | Literal["auto"] = Field(
         default=1, description="data-plane processes sharing the ports; auto = CPUs"
     )
+    reuse_port: bool = Field(default=False, description="set by the supervisor for its workers")
+    worker_id: str = Field(default="0", max_length=16, description="set by the supervisor")
+    metrics_dir: Path | None = Field(
+        default=None, description="set by the supervisor: where workers share their metrics"
+    )
     drain_seconds: float = Field(
         default=30.0, ge=0, le=3600, description="SIGTERM: finish in-flight requests for this long"
     )

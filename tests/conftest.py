@@ -27,7 +27,13 @@ def free_port() -> int:
 
 
 class Proc:
-    """A child process that is ready once ``ready_url`` answers 200."""
+    """A child process that is ready once ``ready_url`` answers 200.
+
+    A gateway (``gateway.cli serve``) gets a free admin port unless ``env`` names one
+    (``GATEWAY_ADMIN_PORT``): ``admin`` is its admin listener's URL.
+    """
+
+    admin: str = ""
 
     def __init__(
         self,
@@ -37,11 +43,15 @@ class Proc:
         timeout: float = 20.0,
     ):
         self.url = ready_url
+        env = dict(env or {})
+        if argv[1:4] == ["-m", "gateway.cli", "serve"]:
+            env.setdefault("GATEWAY_ADMIN_PORT", str(free_port()))
+            self.admin = f"http://127.0.0.1:{env['GATEWAY_ADMIN_PORT']}"
         # a file, not a pipe: a chatty child never blocks; closed in stop()
         self._log = tempfile.TemporaryFile()  # noqa: SIM115
         self.p = subprocess.Popen(
             argv,
-            env={**os.environ, **(env or {})},
+            env={**os.environ, **env},
             stdout=self._log,
             stderr=subprocess.STDOUT,
             cwd=ROOT,
@@ -49,7 +59,9 @@ class Proc:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.p.poll() is not None:
-                raise RuntimeError(f"{argv} exited with {self.p.returncode}:\n{self.log()}")
+                out = self.log()
+                self._log.close()
+                raise RuntimeError(f"{argv} exited with {self.p.returncode}:\n{out}")
             try:
                 with urllib.request.urlopen(ready_url, timeout=1) as r:
                     if r.status == 200:
@@ -111,7 +123,7 @@ def start_gateway(
     port = free_port()
     env = {f"GATEWAY_POOL_{k.upper()}_URLS": v for k, v in urls.items()}
     env.update(extra_env or {})
-    proc = Proc(
+    proc = Proc(  # with its own admin port: proc.admin
         [sys.executable, "-m", "gateway.cli", "serve", "--rules", str(path), "--port", str(port)],
         f"http://127.0.0.1:{port}/healthz",
         env=env,
@@ -129,10 +141,18 @@ def engines() -> Iterator[dict[str, str]]:
 
 
 @pytest.fixture(scope="session")
-def gateway(engines: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    proc, url = start_gateway(tmp_path_factory.mktemp("gw"), rules_for_tests(), engines)
-    yield url
+def gateway_proc(
+    engines: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Proc]:
+    proc, _ = start_gateway(tmp_path_factory.mktemp("gw"), rules_for_tests(), engines)
+    yield proc
     proc.stop()
+
+
+@pytest.fixture(scope="session")
+def gateway(gateway_proc: Proc) -> str:
+    """The data port of a gateway without tenancy (no admin token)."""
+    return gateway_proc.url.removesuffix("/healthz")
 
 
 @pytest.fixture()

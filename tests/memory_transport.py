@@ -22,6 +22,7 @@ class Reply:
     status: int = 200
     chunks: list[bytes] = field(default_factory=list)
     gap: float = 0.0  # before each chunk
+    delay: float = 0.0  # before the first chunk
     hang_after: int | None = None  # stop sending (but keep the connection) after N chunks
     body: bytes = b""  # a non-200 answer's body
     retry_after: float | None = None
@@ -80,6 +81,8 @@ class MemoryStream:
             return b""
         if r.gap:
             await asyncio.sleep(r.gap)
+        if r.delay and self._i == 0:
+            await asyncio.sleep(r.delay)
         self._i += 1
         return r.chunks[self._i - 1]
 

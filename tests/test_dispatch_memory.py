@@ -44,8 +44,10 @@ def aio(f: Callable[..., Coroutine[Any, Any, T]]) -> Callable[..., T]:
 LOOP = ["I will repeat this sentence again. "] * 80
 
 
-def _rules(**dispatch: Any) -> Rules:
+def _rules(hedge_after: float | None = None, **dispatch: Any) -> Rules:
     data = yaml.safe_load(RULES.read_text())
+    for route in (data["default"], *data["rules"]):
+        route["hedge_after"] = hedge_after
     for tier in data["tiers"].values():
         tier["timeouts"] = {"connect": 1.0, "ttft": 0.5, "total": 3.0, "stall": 0.5}
         tier["health"] = {"enabled": False}
@@ -57,8 +59,8 @@ def _rules(**dispatch: Any) -> Rules:
 
 
 class Rig:
-    def __init__(self, handler: Handler, **dispatch: Any):
-        self.rules = _rules(**dispatch)
+    def __init__(self, handler: Handler, hedge_after: float | None = None, **dispatch: Any):
+        self.rules = _rules(hedge_after, **dispatch)
         self.transports = Transports(handler)
         self.pools = Pools(dict(self.rules.tiers), self.transports)
         self.dispatcher = Dispatcher(
@@ -307,3 +309,41 @@ async def test_client_leaving_closes_the_upstream() -> None:
         await task
     assert rig.transports.by_tier["highspeed"].streams[0].closed
     assert rig.pools["highspeed"].replicas[0].in_flight == 0
+
+
+@aio
+async def test_a_slow_first_token_is_hedged_and_the_loser_closed() -> None:
+    slow = Reply(chunks=events(["Late."]), delay=0.45)
+    rig = Rig(by_tier(highspeed=slow, standard=OK_STD), hedge_after=0.05)
+    for stream in (False, True):
+        t0 = time.monotonic()
+        if stream:
+            relay = await rig.dispatcher.stream(rig.call(stream=True))
+            tier, trail = relay.tier, relay.trail
+            relay.abandon()
+        else:
+            out = await rig.dispatcher.complete(rig.call())
+            tier, trail = out.tier, out.trail
+        assert time.monotonic() - t0 < 0.3
+        assert tier == "standard" and trail.hedge == "standard after 0.05s; standard won"
+    assert all(s.closed for s in rig.transports.by_tier["highspeed"].streams)
+    assert rig.pools["highspeed"].replicas[0].in_flight == 0
+
+
+@aio
+async def test_hedges_are_capped_by_their_budget() -> None:
+    slow = Reply(chunks=events(["Late."]), delay=0.12)
+    rig = Rig(
+        by_tier(highspeed=slow, standard=OK_STD), hedge_after=0.02, hedge_share=0.0, hedge_burst=1
+    )
+    outs = [await rig.dispatcher.complete(rig.call()) for _ in range(3)]
+    assert [o.tier for o in outs] == ["standard", "highspeed", "highspeed"]  # one saved hedge
+    assert rig.dispatcher.hedges.fired == 1
+
+
+@aio
+async def test_a_fast_first_token_is_never_hedged() -> None:
+    rig = Rig(by_tier(highspeed=OK_FAST, standard=OK_STD), hedge_after=0.05)
+    out = await rig.dispatcher.complete(rig.call())
+    assert out.tier == "highspeed" and out.trail.hedge is None
+    assert "standard" not in rig.transports.by_tier or not rig.calls("standard")

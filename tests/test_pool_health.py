@@ -22,8 +22,8 @@ def sim_rules(interval: float = 0.2) -> dict[str, Any]:
     return rules
 
 
-def pools(base: str) -> dict[str, Any]:
-    data: dict[str, Any] = call(base, "GET", "/admin/pools")[1]
+def pools(admin: str) -> dict[str, Any]:
+    data: dict[str, Any] = call(admin, "GET", "/admin/pools")[1]
     return data
 
 
@@ -49,17 +49,17 @@ def test_dead_replica_is_skipped_within_a_probe_and_comes_back(tmp_path: Path) -
         {"GATEWAY_ADMIN_TOKEN": ADMIN},
     )
     try:
-        _, _, key = new_tenant(base)
+        _, _, key = new_tenant(gw.admin)
         # the probe scrapes SGLang's /metrics: cache hit rate and queue depth are known
         assert until(
             lambda: all(
                 r["cache_hit_rate"] is not None
-                for r in pools(base)["tiers"]["highspeed"]["replicas"]
+                for r in pools(gw.admin)["tiers"]["highspeed"]["replicas"]
             )
         )
         b.stop()
         time.sleep(0.45)  # a bit over two probe intervals
-        reps = {r["url"]: r for r in pools(base)["tiers"]["highspeed"]["replicas"]}
+        reps = {r["url"]: r for r in pools(gw.admin)["tiers"]["highspeed"]["replicas"]}
         assert reps[b_url]["up"] is False and reps[a_url]["up"] is True
         for i in range(8):
             code, h = post(base, key, f"prefix {i} differs")
@@ -81,7 +81,8 @@ def test_dead_replica_is_skipped_within_a_probe_and_comes_back(tmp_path: Path) -
             f"{b_url}/health",
         )
         assert until(
-            lambda: all(r["up"] for r in pools(base)["tiers"]["highspeed"]["replicas"]), timeout=2.0
+            lambda: all(r["up"] for r in pools(gw.admin)["tiers"]["highspeed"]["replicas"]),
+            timeout=2.0,
         )
     finally:
         for p in (gw, a, b, st):
@@ -97,14 +98,14 @@ def test_failing_pool_opens_its_circuit_and_standard_takes_over(tmp_path: Path) 
         tmp_path, rules, {"highspeed": bad_url, "standard": st_url}, {"GATEWAY_ADMIN_TOKEN": ADMIN}
     )
     try:
-        _, _, key = new_tenant(base)
+        _, _, key = new_tenant(gw.admin)
         for _ in range(3):
             code, h = post(base, key, "x")
             assert code == 200 and h["x-gateway-fallback"].startswith("highspeed:http_500")
         code, h = post(base, key, "x")
         assert h["x-gateway-tier"] == "standard" and "x-gateway-fallback" not in h
         assert "unavailable: highspeed" in h["x-gateway-route"]
-        state = pools(base)["tiers"]["highspeed"]
+        state = pools(gw.admin)["tiers"]["highspeed"]
         assert state["circuit_open"] is True and state["available"] is False
         with urllib.request.urlopen(f"{base}/readyz") as r:
             assert json.loads(r.read())["tiers"] == {"highspeed": False, "standard": True}

@@ -21,7 +21,7 @@ import openai
 import pytest
 import yaml
 
-from gateway.tenancy.store import RedisStore
+from gateway.tenancy.redis_store import RedisStore
 from tests.conftest import Proc, free_port, rules_for_tests, start_gateway
 
 ADMIN = "admin-token-for-tests-0123456789"
@@ -111,13 +111,21 @@ def replica_procs(
 
 @pytest.fixture(scope="module")
 def replicas(replica_procs: list[tuple[Proc, str]]) -> list[str]:
+    """The replicas' data ports."""
     return [url for _, url in replica_procs]
 
 
-def new_tenant(base: str, policy: dict[str, Any] | None = None) -> tuple[str, str, str]:
-    st, t, _ = call(base, "POST", "/admin/tenants", {"name": "team", "policy": policy or {}})
+@pytest.fixture(scope="module")
+def admins(replica_procs: list[tuple[Proc, str]]) -> list[str]:
+    """The replicas' admin listeners, in the same order."""
+    return [p.admin for p, _ in replica_procs]
+
+
+def new_tenant(admin: str, policy: dict[str, Any] | None = None) -> tuple[str, str, str]:
+    """A tenant with one key, made through the admin API at ``admin``: (tenant, key id, key)."""
+    st, t, _ = call(admin, "POST", "/admin/tenants", {"name": "team", "policy": policy or {}})
     assert st == 201, t
-    st, k, _ = call(base, "POST", f"/admin/tenants/{t['id']}/keys", {"name": "ci"})
+    st, k, _ = call(admin, "POST", f"/admin/tenants/{t['id']}/keys", {"name": "ci"})
     assert st == 201, k
     return t["id"], k["id"], k["key"]
 
@@ -125,8 +133,10 @@ def new_tenant(base: str, policy: dict[str, Any] | None = None) -> tuple[str, st
 # --- keys and the admin API ----------------------------------------------
 
 
-def test_a_key_works_on_every_replica_and_the_openai_sdk(replicas: list[str]) -> None:
-    _, _, key = new_tenant(replicas[0])
+def test_a_key_works_on_every_replica_and_the_openai_sdk(
+    replicas: list[str], admins: list[str]
+) -> None:
+    _, _, key = new_tenant(admins[0])
     for base in replicas:
         c = openai.OpenAI(base_url=f"{base}/v1", api_key=key, max_retries=0)
         r = c.chat.completions.create(model="auto", messages=[{"role": "user", "content": "x"}])
@@ -146,27 +156,29 @@ def test_v1_needs_a_valid_key(replicas: list[str], key: str | None, code: str) -
 
 @pytest.mark.parametrize("token", [None, "wrong-token", "TENANT"], ids=["none", "wrong", "tenant"])
 def test_admin_refuses_missing_wrong_and_tenant_tokens(
-    replicas: list[str], token: str | None
+    admins: list[str], token: str | None
 ) -> None:
     if token == "TENANT":
-        token = new_tenant(replicas[0])[2]
+        token = new_tenant(admins[0])[2]
     for method, path in [
         ("GET", "/admin/tenants"),
         ("POST", "/admin/tenants"),
         ("GET", "/admin/audit"),
         ("PUT", "/admin/rules"),
     ]:
-        st, body, _ = call(replicas[0], method, path, {"name": "x"}, token=token)
+        st, body, _ = call(admins[0], method, path, {"name": "x"}, token=token)
         assert st == 401 and body["error"]["code"] == "invalid_admin_token", (method, path)
 
 
-def test_admin_api_is_off_without_a_token(gateway: str) -> None:
-    st, body, _ = call(gateway, "GET", "/admin/tenants")
+def test_admin_api_is_off_without_a_token(gateway_proc: Proc) -> None:
+    st, body, _ = call(gateway_proc.admin, "GET", "/admin/tenants")
     assert st == 403 and body["error"]["code"] == "admin_disabled"
 
 
-def test_plaintext_key_is_shown_once_and_never_again(replicas: list[str]) -> None:
-    tid, kid, key = new_tenant(replicas[0])
+def test_plaintext_key_is_shown_once_and_never_again(
+    replicas: list[str], admins: list[str]
+) -> None:
+    tid, kid, key = new_tenant(admins[0])
     for path in (
         f"/admin/tenants/{tid}",
         f"/admin/tenants/{tid}/keys",
@@ -176,29 +188,31 @@ def test_plaintext_key_is_shown_once_and_never_again(replicas: list[str]) -> Non
         _, body, _ = call(replicas[0], "GET", path)
         assert key not in json.dumps(body)
         assert key[10:] not in json.dumps(body)
-    _, t, _ = call(replicas[0], "GET", f"/admin/tenants/{tid}")
+    _, t, _ = call(admins[0], "GET", f"/admin/tenants/{tid}")
     assert t["keys"][0]["id"] == kid and t["keys"][0]["prefix"] == key[:10]
 
 
-def test_revoked_key_stops_working_everywhere_within_a_second(replicas: list[str]) -> None:
-    _, kid, key = new_tenant(replicas[0])
+def test_revoked_key_stops_working_everywhere_within_a_second(
+    replicas: list[str], admins: list[str]
+) -> None:
+    _, kid, key = new_tenant(admins[0])
     assert all(chat(b, key)[0] == 200 for b in replicas)  # both replicas cached it
-    st, _, _ = call(replicas[0], "DELETE", f"/admin/keys/{kid}")
+    st, _, _ = call(admins[0], "DELETE", f"/admin/keys/{kid}")
     assert st == 204
     assert until(lambda: chat(replicas[1], key)[0] == 401, timeout=1.0)
     assert chat(replicas[0], key)[0] == 401
 
 
-def test_rotate_gives_a_new_key_and_kills_the_old(replicas: list[str]) -> None:
-    _, kid, key = new_tenant(replicas[0])
-    st, new, _ = call(replicas[0], "POST", f"/admin/keys/{kid}/rotate")
+def test_rotate_gives_a_new_key_and_kills_the_old(replicas: list[str], admins: list[str]) -> None:
+    _, kid, key = new_tenant(admins[0])
+    st, new, _ = call(admins[0], "POST", f"/admin/keys/{kid}/rotate")
     assert st == 201 and new["replaces"] == kid and new["key"] != key
     assert until(lambda: chat(replicas[1], key)[0] == 401, timeout=1.0)
     assert chat(replicas[1], new["key"])[0] == 200
 
 
-def test_tenant_crud_and_validation(replicas: list[str]) -> None:
-    base = replicas[0]
+def test_tenant_crud_and_validation(admins: list[str]) -> None:
+    base = admins[0]
     st, t, _ = call(
         base, "POST", "/admin/tenants", {"name": "acme", "policy": {"requests_per_minute": 10}}
     )
@@ -220,8 +234,8 @@ def test_tenant_crud_and_validation(replicas: list[str]) -> None:
     assert call(base, "POST", "/admin/tenants", raw=b"{nope")[0] == 400
 
 
-def test_concurrent_patches_lose_no_update(replicas: list[str]) -> None:
-    tid, _, _ = new_tenant(replicas[0])
+def test_concurrent_patches_lose_no_update(admins: list[str]) -> None:
+    tid, _, _ = new_tenant(admins[0])
     fields = [
         ("requests_per_minute", 100),
         ("tokens_per_minute", 1000),
@@ -233,25 +247,25 @@ def test_concurrent_patches_lose_no_update(replicas: list[str]) -> None:
 
     def patch(i: int) -> int:
         name, value = fields[i % len(fields)]
-        return call(replicas[i % 2], "PATCH", f"/admin/tenants/{tid}", {"policy": {name: value}})[0]
+        return call(admins[i % 2], "PATCH", f"/admin/tenants/{tid}", {"policy": {name: value}})[0]
 
     with ThreadPoolExecutor(12) as ex:
         assert set(ex.map(patch, range(24))) == {200}
-    _, t, _ = call(replicas[0], "GET", f"/admin/tenants/{tid}")
+    _, t, _ = call(admins[0], "GET", f"/admin/tenants/{tid}")
     assert t["policy"] == dict(fields)
     assert t["version"] == 1 + 24
 
 
-def test_audit_log_records_writes(replicas: list[str]) -> None:
-    tid, _, _ = new_tenant(replicas[0])
-    _, log, _ = call(replicas[0], "GET", "/admin/audit?limit=5")
+def test_audit_log_records_writes(admins: list[str]) -> None:
+    tid, _, _ = new_tenant(admins[0])
+    _, log, _ = call(admins[0], "GET", "/admin/audit?limit=5")
     actions = [(e["action"], e["target"]) for e in log["data"]]
     assert ("tenant.create", tid) in actions
     assert all("at" in e and "who" in e for e in log["data"])
 
 
-def test_openapi_lists_the_admin_routes(replicas: list[str]) -> None:
-    _, spec, _ = call(replicas[0], "GET", "/admin/openapi.json")
+def test_openapi_lists_the_admin_routes(admins: list[str]) -> None:
+    _, spec, _ = call(admins[0], "GET", "/admin/openapi.json")
     assert spec["openapi"].startswith("3.")
     assert "post" in spec["paths"]["/admin/tenants"]
     assert "delete" in spec["paths"]["/admin/keys/{key_id}"]
@@ -261,26 +275,30 @@ def test_openapi_lists_the_admin_routes(replicas: list[str]) -> None:
 # --- policy enforcement ----------------------------------------------
 
 
-def test_policy_change_on_one_replica_is_enforced_on_the_other(replicas: list[str]) -> None:
-    tid, _, key = new_tenant(replicas[0])
+def test_policy_change_on_one_replica_is_enforced_on_the_other(
+    replicas: list[str], admins: list[str]
+) -> None:
+    tid, _, key = new_tenant(admins[0])
     assert chat(replicas[1], key)[2]["x-gateway-tier"] == "highspeed"
-    call(replicas[0], "PATCH", f"/admin/tenants/{tid}", {"policy": {"forced_tier": "standard"}})
+    call(admins[0], "PATCH", f"/admin/tenants/{tid}", {"policy": {"forced_tier": "standard"}})
     assert until(lambda: chat(replicas[1], key)[2].get("x-gateway-tier") == "standard", 1.0)
     h = chat(replicas[1], key)[2]
     assert "pinned by forced_tier (tenant)" in h["x-gateway-route"]
 
 
-def test_key_policy_beats_tenant_policy_and_explain_says_so(replicas: list[str]) -> None:
-    tid, _, _ = new_tenant(replicas[0], {"allowed_tiers": ["standard"]})
+def test_key_policy_beats_tenant_policy_and_explain_says_so(
+    replicas: list[str], admins: list[str]
+) -> None:
+    tid, _, _ = new_tenant(admins[0], {"allowed_tiers": ["standard"]})
     st, k, _ = call(
-        replicas[0],
+        admins[0],
         "POST",
         f"/admin/tenants/{tid}/keys",
         {"policy": {"allowed_tiers": ["highspeed", "standard"]}},
     )
     assert chat(replicas[0], k["key"], model="fast")[0] == 200
     st, out, _ = call(
-        replicas[0],
+        admins[0],
         "POST",
         "/admin/explain",
         {
@@ -292,16 +310,16 @@ def test_key_policy_beats_tenant_policy_and_explain_says_so(replicas: list[str])
     assert out["policy"]["allowed_tiers"]["level"] == "tenant"
 
 
-def test_disallowed_tier_is_403(replicas: list[str]) -> None:
-    _, _, key = new_tenant(replicas[0], {"allowed_tiers": ["standard"]})
+def test_disallowed_tier_is_403(replicas: list[str], admins: list[str]) -> None:
+    _, _, key = new_tenant(admins[0], {"allowed_tiers": ["standard"]})
     st, body, _ = chat(replicas[0], key, model="fast")
     assert st == 403 and body["error"]["code"] == "tier_not_allowed"
     st, _, h = chat(replicas[0], key)
     assert st == 200 and h["x-gateway-tier"] == "standard"
 
 
-def test_global_rate_limit_holds_across_replicas(replicas: list[str]) -> None:
-    _, _, key = new_tenant(replicas[0], {"requests_per_minute": 6})
+def test_global_rate_limit_holds_across_replicas(replicas: list[str], admins: list[str]) -> None:
+    _, _, key = new_tenant(admins[0], {"requests_per_minute": 6})
     codes = [chat(replicas[i % 2], key) for i in range(8)]
     assert [c[0] for c in codes] == [200] * 6 + [429] * 2
     _st, body, h = codes[-1]
@@ -311,8 +329,8 @@ def test_global_rate_limit_holds_across_replicas(replicas: list[str]) -> None:
     assert codes[0][2]["x-ratelimit-remaining-requests"] == "5"
 
 
-def test_token_budget_gives_insufficient_quota(replicas: list[str]) -> None:
-    _, _, key = new_tenant(replicas[0], {"token_budget": {"tokens": 30, "period": "day"}})
+def test_token_budget_gives_insufficient_quota(replicas: list[str], admins: list[str]) -> None:
+    _, _, key = new_tenant(admins[0], {"token_budget": {"tokens": 30, "period": "day"}})
     # the fake engine reports 10 prompt tokens + one per word (4 words): 14 a request
     assert chat(replicas[0], key)[0] == 200
     assert chat(replicas[1], key)[0] == 200
@@ -322,8 +340,8 @@ def test_token_budget_gives_insufficient_quota(replicas: list[str]) -> None:
     assert body["error"]["type"] == "insufficient_quota"
 
 
-def test_concurrency_limit(replicas: list[str]) -> None:
-    _, _, key = new_tenant(replicas[0], {"max_concurrent_requests": 1})
+def test_concurrency_limit(replicas: list[str], admins: list[str]) -> None:
+    _, _, key = new_tenant(admins[0], {"max_concurrent_requests": 1})
     with ThreadPoolExecutor(2) as ex:
         slow = ex.submit(chat, replicas[0], key, "[[*: delay=0.6]]")
         time.sleep(0.2)
@@ -333,13 +351,13 @@ def test_concurrency_limit(replicas: list[str]) -> None:
     assert until(lambda: chat(replicas[1], key)[0] == 200, timeout=2.0)
 
 
-def test_usage_by_tier_and_fallback_reason(replicas: list[str]) -> None:
-    tid, _, key = new_tenant(replicas[0])
+def test_usage_by_tier_and_fallback_reason(replicas: list[str], admins: list[str]) -> None:
+    tid, _, key = new_tenant(admins[0])
     chat(replicas[0], key)
     chat(replicas[1], key, "[[highspeed: status=500]]")
 
     def usage() -> dict[str, Any]:
-        return call(replicas[0], "GET", f"/admin/tenants/{tid}/usage")[1]
+        return call(admins[0], "GET", f"/admin/tenants/{tid}/usage")[1]
 
     assert until(lambda: usage()["requests"] == 2)
     u = usage()
@@ -356,23 +374,25 @@ def rules_yaml(**change: Any) -> str:
     return yaml.safe_dump(data)
 
 
-def test_bad_rules_upload_is_rejected_whole(replicas: list[str]) -> None:
-    st, before, _ = call(replicas[0], "GET", "/admin/rules")
+def test_bad_rules_upload_is_rejected_whole(replicas: list[str], admins: list[str]) -> None:
+    st, before, _ = call(admins[0], "GET", "/admin/rules")
     st, body, _ = call(
-        replicas[0], "PUT", "/admin/rules", raw=rules_yaml(default_sla="asap", colour=1).encode()
+        admins[0], "PUT", "/admin/rules", raw=rules_yaml(default_sla="asap", colour=1).encode()
     )
     assert st == 422 and body["error"]["code"] == "invalid_rules"
     assert "default_sla: unknown SLA class 'asap'" in " ".join(body["error"]["errors"]) or any(
         "colour" in e for e in body["error"]["errors"]
     )
-    _, after, _ = call(replicas[0], "GET", "/admin/rules")
+    _, after, _ = call(admins[0], "GET", "/admin/rules")
     assert after["version"] == before["version"] and after["last_error"]["errors"]
-    assert chat(replicas[0], new_tenant(replicas[0])[2])[0] == 200
+    assert chat(replicas[0], new_tenant(admins[0])[2])[0] == 200
 
 
-def test_rules_upload_reaches_every_replica_and_rolls_back(replicas: list[str]) -> None:
-    _, _, key = new_tenant(replicas[0])
-    _, before, _ = call(replicas[0], "GET", "/admin/rules")
+def test_rules_upload_reaches_every_replica_and_rolls_back(
+    replicas: list[str], admins: list[str]
+) -> None:
+    _, _, key = new_tenant(admins[0])
+    _, before, _ = call(admins[0], "GET", "/admin/rules")
     aliases = {
         "auto": None,
         "fast": "highspeed",
@@ -380,13 +400,13 @@ def test_rules_upload_reaches_every_replica_and_rolls_back(replicas: list[str]) 
         "standard": "standard",
         "quick": "highspeed",
     }
-    st, body, _ = call(replicas[0], "PUT", "/admin/rules", raw=rules_yaml(aliases=aliases).encode())
+    st, body, _ = call(admins[0], "PUT", "/admin/rules", raw=rules_yaml(aliases=aliases).encode())
     assert st == 200 and body["version"] > before["version"]
     assert until(lambda: chat(replicas[1], key, model="quick")[0] == 200, timeout=1.0)
-    st, _, _ = call(replicas[1], "POST", "/admin/rules/rollback", {"version": before["version"]})
+    st, _, _ = call(admins[1], "POST", "/admin/rules/rollback", {"version": before["version"]})
     assert st == 200
     assert until(lambda: chat(replicas[0], key, model="quick")[0] == 404, timeout=1.0)
-    _, versions, _ = call(replicas[0], "GET", "/admin/rules/versions")
+    _, versions, _ = call(admins[0], "GET", "/admin/rules/versions")
     cur = [v for v in versions["data"] if v["current"]]
     assert cur[0]["version"] == before["version"]
 
@@ -411,12 +431,12 @@ def test_rules_file_change_is_picked_up_and_a_bad_one_ignored(
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        _, _, key = new_tenant(base)
+        _, _, key = new_tenant(proc.admin)
         assert chat(base, key, model="quick")[0] == 404
         path.write_text(rules_yaml(aliases={"auto": None, "quick": "standard"}))
         assert until(lambda: chat(base, key, model="quick")[0] == 200, timeout=2.0)
         path.write_text("tiers: [broken")
-        assert until(lambda: call(base, "GET", "/admin/rules")[1]["last_error"] is not None)
+        assert until(lambda: call(proc.admin, "GET", "/admin/rules")[1]["last_error"] is not None)
         assert chat(base, key, model="quick")[0] == 200  # the good rules still run
     finally:
         proc.stop()
@@ -455,9 +475,9 @@ def test_redis_down_serves_cached_keys_and_resyncs(engines: dict[str, str], tmp_
             tmp_path, rules_for_tests(), engines, tenancy_env("gwdown:", url)
         )
         try:
-            _, _, key = new_tenant(base, {"requests_per_minute": 1000})
-            _, _, other = new_tenant(base)
-            _, _, strict = new_tenant(base, {"fail_closed": True})
+            _, _, key = new_tenant(proc.admin, {"requests_per_minute": 1000})
+            _, _, other = new_tenant(proc.admin)
+            _, _, strict = new_tenant(proc.admin, {"fail_closed": True})
             assert chat(base, key)[0] == 200
             assert chat(base, strict)[0] == 200
             redis.terminate()
@@ -467,7 +487,7 @@ def test_redis_down_serves_cached_keys_and_resyncs(engines: dict[str, str], tmp_
             st, body, _ = chat(base, other)  # never seen by this replica: cannot be verified
             assert st == 503 and body["error"]["code"] == "store_unavailable"
             assert chat(base, strict)[0] == 503  # its policy says: refuse while blind
-            st, _, _ = call(base, "GET", "/admin/tenants")
+            st, _, _ = call(proc.admin, "GET", "/admin/tenants")
             assert st == 503
             redis = subprocess.Popen(
                 [
@@ -484,8 +504,8 @@ def test_redis_down_serves_cached_keys_and_resyncs(engines: dict[str, str], tmp_
                 stdout=subprocess.DEVNULL,
             )
             # an empty Redis came back (no persistence): the gateway recovers by itself
-            assert until(lambda: call(base, "GET", "/admin/tenants")[0] == 200, timeout=5.0)
-            _, _, fresh = new_tenant(base)
+            assert until(lambda: call(proc.admin, "GET", "/admin/tenants")[0] == 200, timeout=5.0)
+            _, _, fresh = new_tenant(proc.admin)
             assert chat(base, fresh)[0] == 200
         finally:
             proc.stop()
@@ -494,7 +514,7 @@ def test_redis_down_serves_cached_keys_and_resyncs(engines: dict[str, str], tmp_
         redis.wait()
 
 
-def test_admin_cli_wraps_the_api(replicas: list[str]) -> None:
+def test_admin_cli_wraps_the_api(replicas: list[str], admins: list[str]) -> None:
     import sys
 
     def admin(*args: str) -> Any:
@@ -505,7 +525,7 @@ def test_admin_cli_wraps_the_api(replicas: list[str]) -> None:
                 "gateway.cli",
                 "admin",
                 "--url",
-                replicas[1],
+                admins[1],
                 "--token",
                 ADMIN,
                 *args,
@@ -525,11 +545,11 @@ def test_admin_cli_wraps_the_api(replicas: list[str]) -> None:
 
 
 def test_keys_never_reach_the_logs(replica_procs: list[tuple[Proc, str]]) -> None:
-    base = replica_procs[0][1]
-    _, kid, key = new_tenant(base)
+    proc, base = replica_procs[0]
+    _, kid, key = new_tenant(proc.admin)
     chat(base, key, "[[highspeed: status=500]]")
     chat(base, "gk-not-a-real-key")
-    call(base, "DELETE", f"/admin/keys/{kid}")
+    call(proc.admin, "DELETE", f"/admin/keys/{kid}")
     for proc, _ in replica_procs:
         log = proc.log()
         assert key not in log and key[10:] not in log and ADMIN not in log
@@ -537,14 +557,15 @@ def test_keys_never_reach_the_logs(replica_procs: list[tuple[Proc, str]]) -> Non
 
 def test_shadow_sampling_compares_with_standard_off_the_critical_path(
     replicas: list[str],
+    admins: list[str],
 ) -> None:
-    _, _, key = new_tenant(replicas[0], {"shadow_rate": 1.0})
+    _, _, key = new_tenant(admins[0], {"shadow_rate": 1.0})
     st, body, h = chat(replicas[0], key, "shadow me")
     assert st == 200 and h["x-gateway-tier"] == "highspeed"  # the client's answer: untouched
     assert body["choices"][0]["message"]["content"] == "Echo (highspeed): shadow me"
 
     def records() -> list[dict[str, Any]]:
-        return call(replicas[0], "GET", "/admin/shadow?limit=50")[1]["data"]
+        return call(admins[0], "GET", "/admin/shadow?limit=50")[1]["data"]
 
     assert until(lambda: any(r["tier"] == "highspeed" for r in records()), timeout=3.0)
     rec = records()[0]

@@ -11,7 +11,6 @@ a bad body or parameter is a 400 ``invalid_value`` naming the field, bad JSON a 
 from __future__ import annotations
 
 import json
-import logging
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
@@ -34,8 +33,6 @@ from gateway.errors import (
 from gateway.server.app import Gateway
 from gateway.tenancy.store import StoreUnavailable
 
-log = logging.getLogger("gateway.admin")
-
 
 def create_admin_app(gw: Gateway) -> FastAPI:
     app = FastAPI(
@@ -47,6 +44,13 @@ def create_admin_app(gw: Gateway) -> FastAPI:
         redoc_url=None,
         separate_input_output_schemas=False,
         generate_unique_id_function=_operation_id,
+        exception_handlers={
+            GatewayError: _gateway_error,
+            StoreUnavailable: _store_unavailable,
+            RequestValidationError: _invalid,
+            HTTPException: _http_error,
+            Exception: _internal,
+        },
     )
     app.state.gateway = gw
     app.state.max_body_bytes = gw.settings.max_body_bytes
@@ -57,11 +61,6 @@ def create_admin_app(gw: Gateway) -> FastAPI:
     async def admin_openapi() -> Response:
         return json_response(app.openapi())
 
-    app.add_exception_handler(GatewayError, _gateway_error)  # type: ignore[arg-type]
-    app.add_exception_handler(StoreUnavailable, _store_unavailable)  # type: ignore[arg-type]
-    app.add_exception_handler(RequestValidationError, _invalid)  # type: ignore[arg-type]
-    app.add_exception_handler(HTTPException, _http_error)  # type: ignore[arg-type]
-    app.add_exception_handler(Exception, _internal)
     return app
 
 
@@ -112,5 +111,5 @@ async def _http_error(request: Request, e: HTTPException) -> Response:
 
 
 async def _internal(request: Request, e: Exception) -> Response:
-    log.exception("admin: %s %s failed", request.method, request.url.path)
+    # uvicorn logs the traceback: the error is raised again after this answer
     return error_response(GatewayError("The admin API failed; see the gateway's log."))

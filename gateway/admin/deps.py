@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import hmac
 import time
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from gateway.core.rules import Rules
 from gateway.errors import NotFound, PermissionDenied, Unauthorized
 from gateway.ops.control import RulesControl
 from gateway.server.app import Gateway
@@ -25,25 +24,6 @@ _DISABLED = "The admin API is disabled: set GATEWAY_ADMIN_TOKEN."
 
 # documents the scheme (and gives /docs its Authorize button); the check is ours
 _bearer = HTTPBearer(scheme_name="admin", description="GATEWAY_ADMIN_TOKEN", auto_error=False)
-
-
-class PoolView(Protocol):
-    def state(self) -> dict[str, object]: ...
-    def health(self) -> dict[str, bool]: ...
-
-
-class Runtime(Protocol):
-    """What the admin reads of the swappable state (``gw.runtime``, or ``gw`` itself)."""
-
-    @property
-    def rules(self) -> Rules: ...
-    @property
-    def pools(self) -> PoolView: ...
-
-
-def runtime(gw: Gateway) -> Runtime:
-    rt: Runtime = getattr(gw, "runtime", gw)
-    return rt
 
 
 def get_gateway(request: Request) -> Gateway:

@@ -29,8 +29,9 @@ class RouteDecision:
     ttft_budget: float  # seconds to the first token of a stream
     reason: str  # human-readable, ASCII: goes into x-gateway-route
     cls: Classification
-    hold_back: bool = True  # streams: hold the first tokens back while early checks run
+    hold_back: bool = False  # streams: hold the first tokens back while early checks run
     on_last_failure: str = "deliver"  # the last tier failed a check: "deliver" or "error"
+    hedge_after: float | None = None  # seconds without a first token before hedging
 
     @property
     def route_header(self) -> str:
@@ -126,6 +127,7 @@ class Router:
             c,
             rule.hold_back,
             rule.on_last_failure,
+            rule.hedge_after,
         )
 
 

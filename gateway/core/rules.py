@@ -151,7 +151,17 @@ class Route(_Strict):
     tier: str
     fallback: tuple[str, ...] = ()
     checks: tuple[str, ...] = ()
-    hold_back: bool = Field(default=True, description="use the tiers' stream hold-back window")
+    hold_back: bool = Field(
+        default=False,
+        description="hold back the first tokens of every stream of this rule (it is on by "
+        "itself for tool calls, a client's JSON schema and n > 1)",
+    )
+    hedge_after: float | None = Field(
+        default=None,
+        gt=0,
+        description="start the next tier beside the first when it has no token after this "
+        "many seconds (the first good answer wins); null: no hedging",
+    )
     on_last_failure: Literal["deliver", "error"] = Field(
         default="deliver",
         description="the last tier's answer failed a check: deliver it (with "
@@ -173,6 +183,10 @@ class Dispatch(_Strict):
     same_tier_retries: int = Field(
         default=1, ge=0, le=3, description="retries of a tier after a reset, 500, 502, 503, 429"
     )
+    hedge_share: float = Field(
+        default=0.1, ge=0, le=1, description="hedges may add at most this share of requests"
+    )
+    hedge_burst: float = Field(default=10.0, ge=1, description="hedges saved up for a burst")
     reserve_floor: float = Field(
         default=2.0, ge=0, description="seconds of the deadline always kept for the next tier"
     )
@@ -283,10 +297,14 @@ def parse_rules(text: str, source: str = "<rules>") -> Rules:
         data: Any = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise RulesError(source, [f"YAML syntax: {e}".replace("\n", " ")]) from None
+    except RecursionError:
+        raise RulesError(source, ["YAML nested too deep"]) from None
     if not isinstance(data, dict):
         raise RulesError(source, ["<root>: expected a mapping at the top level"])
     try:
         rules = Rules.model_validate(data)
+    except RecursionError:
+        raise RulesError(source, ["<root>: nested too deep"]) from None
     except ValidationError as e:
         msgs = [f"{_loc(err['loc'])}: {err['msg']}" for err in e.errors()]
         raise RulesError(source, msgs) from None

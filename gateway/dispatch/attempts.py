@@ -41,6 +41,7 @@ from gateway.dispatch.budget import LatencyBook, reserve
 from gateway.dispatch.call import Call
 from gateway.dispatch.complete import Completer
 from gateway.dispatch.continuation import Continuer
+from gateway.dispatch.hedge import BothFailed, HedgeBudget, race
 from gateway.dispatch.opening import Opening, StreamOpener
 from gateway.dispatch.outcome import Failure, Outcome, Trail
 from gateway.dispatch.relay import StreamRelay
@@ -82,6 +83,7 @@ class Dispatcher:
         self._checks = checks
         self._cfg = cfg
         self.book = LatencyBook()
+        self.hedges = HedgeBudget(cfg.hedge_share, cfg.hedge_burst)
         self._opener = StreamOpener(telemetry)
         self._completer = Completer(self._opener, telemetry)
         self._repetition = repetition
@@ -117,20 +119,52 @@ class Dispatcher:
     ) -> tuple[str, T]:
         """Try ``tiers`` in order; the first answer wins. Raises when every tier failed."""
         last_error = AttemptError("deadline", "no time left for an attempt", timeout=True)
-        for i, tier in enumerate(tiers):
-            later = tiers[i + 1 :]
-            floor = self._cfg.reserve_floor
-            until = call.deadline_at - reserve(self.book, later, call.req.stream, floor)
-            if until - time.monotonic() < _MIN_ATTEMPT_S:
-                continue
-            how = Opening(self._hold(call, tier), until, not later, call.req.stream)
+        i = 0
+        if call.d.hedge_after is not None and len(tiers) > 1 and tiers == call.d.tiers:
+            self.hedges.earn()
             try:
-                return tier, await self._tier(tier, attempt, how, trail)
+                return await self._hedged(call, tiers, attempt, trail)
+            except BothFailed as e:
+                last_error, i = e.last, 2
+            except AttemptError as e:
+                last_error, i = e, 1
+            if not last_error.retryable:
+                raise self._give_up(last_error, trail) from None
+        for tier in tiers[i:]:
+            try:
+                return tier, await self._tier(tier, attempt, self._how(call, tiers, tier), trail)
             except AttemptError as e:
                 last_error = e
                 if not e.retryable:
                     break
         raise self._give_up(last_error, trail)
+
+    def _how(self, call: Call, tiers: tuple[str, ...], tier: str, hedge: bool = False) -> Opening:
+        """The attempt's limits: the deadline minus what the tiers after it need."""
+        later = tiers[tiers.index(tier) + 1 :]
+        until = call.deadline_at - reserve(
+            self.book, later, call.req.stream, self._cfg.reserve_floor
+        )
+        token = asyncio.Event() if hedge else None
+        return Opening(self._hold(call, tier), until, not later, call.req.stream, False, token)
+
+    async def _hedged(
+        self, call: Call, tiers: tuple[str, ...], attempt: Attempt[T], trail: Trail
+    ) -> tuple[str, T]:
+        """The first two tiers, the second started once the first is slow to a token."""
+        first = self._how(call, tiers, tiers[0], hedge=True)
+        second = self._how(call, tiers, tiers[1])
+        assert first.first_token is not None and call.d.hedge_after is not None
+        won, fired, value = await race(
+            lambda: self._tier(tiers[0], attempt, first, trail),
+            lambda: self._tier(tiers[1], attempt, second, trail),
+            first.first_token,
+            call.d.hedge_after,
+            self.hedges.take,
+        )
+        if fired:
+            trail.hedge = f"{tiers[1]} after {call.d.hedge_after:g}s; {tiers[won]} won"
+        return tiers[won], value
 
     async def _tier(self, tier: str, attempt: Attempt[T], how: Opening, trail: Trail) -> T:
         """One tier: an attempt, and after a transient fault, a retry if the budget allows."""
@@ -183,9 +217,14 @@ class Dispatcher:
         return value
 
     def _hold(self, call: Call, tier: str) -> int:
-        if not call.req.stream or not call.d.hold_back:
+        """The hold-back window: where the rule asks, or where a failure after the first
+        byte could not be continued on another tier (tool calls, a schema, n > 1)."""
+        if not call.req.stream:
             return 0
-        return self._pools[tier].tier.stream.hold_back_tokens
+        facts = call.req.facts
+        if call.d.hold_back or facts.tools or facts.json_schema or not call.can_be_continued():
+            return self._pools[tier].tier.stream.hold_back_tokens
+        return 0
 
     @staticmethod
     def body(req: ClientRequest, pool: Pool) -> bytes:

@@ -31,6 +31,7 @@ class Opening:
     last: bool  # the last tier: a failed check is delivered, not raised (per rule)
     stream: bool = True  # the client asked for a stream (latency is then time to first token)
     assemble: bool = False  # keep every event, to assemble a non-streamed answer
+    first_token: asyncio.Event | None = None  # set when the first token arrived (hedging)
 
 
 @dataclass(slots=True)
@@ -82,6 +83,8 @@ class StreamOpener:
             async with asyncio.timeout(ttft):
                 s.up = await pool.open(rep, call.path, body, pool.limits(remaining, stream=True))
                 await _first_token(s)
+            if how.first_token is not None:
+                how.first_token.set()
             bad = s.live.maybe_run(s.state)  # nothing goes out unchecked
             if bad is None and how.hold_tokens:
                 bad = await self._hold_back(call, s, how.hold_tokens, cfg.hold_back_ms)

@@ -27,6 +27,7 @@ class Trail:
     backoff_s: float = 0.0  # deliberate waits before retrying a tier (not overhead either)
     ok_attempt_s: float | None = None  # how long the attempt that answered took
     checks_failed: str | None = None  # the check the delivered answer failed (last tier)
+    hedge: str | None = None  # a hedge fired: which tier won
 
     @property
     def fallback_kind(self) -> str | None:

@@ -143,11 +143,20 @@ class RulesControl:
             self._stat = stat
             try:
                 text = self.path.read_text(encoding="utf-8")
-            except OSError as e:
+            except (OSError, UnicodeDecodeError) as e:
+                self.last_error = {"source": str(self.path), "errors": [str(e)], "at": time.time()}
                 log.error("rules file %s unreadable: %s", self.path, e)
                 continue
-            if text == self.text:
-                continue
-            with contextlib.suppress(RulesError, StoreUnavailable):
-                v = await self.submit(text, str(self.path), "file watch")
-                log.info("rules file %s changed: version %d", self.path, v)
+            if text != self.text:
+                await self._submit_file(text)
+
+    async def _submit_file(self, text: str) -> None:
+        """A changed rules file; whatever is wrong with it, the watcher lives on."""
+        try:
+            v = await self.submit(text, str(self.path), "file watch")
+            log.info("rules file %s changed: version %d", self.path, v)
+        except (RulesError, StoreUnavailable):
+            pass  # recorded in last_error / retried on the next change
+        except Exception as e:
+            self.last_error = {"source": str(self.path), "errors": [repr(e)], "at": time.time()}
+            log.exception("rules file %s could not be applied", self.path)

@@ -11,7 +11,15 @@ from opentelemetry import trace
 
 from gateway.core.router import RouteDecision
 from gateway.dispatch.outcome import Trail, describe_fallback
-from gateway.headers import H_BACKOFF, H_CHECKS_FAILED, H_FALLBACK, H_OVERHEAD, H_ROUTE, H_TIER
+from gateway.headers import (
+    H_BACKOFF,
+    H_CHECKS_FAILED,
+    H_FALLBACK,
+    H_HEDGE,
+    H_OVERHEAD,
+    H_ROUTE,
+    H_TIER,
+)
 from gateway.ops.telemetry import (
     A_SLA,
     A_STATUS,
@@ -57,6 +65,8 @@ class Exchange:
         h[H_OVERHEAD] = f"{max(self._overhead(time.perf_counter()), 0.0) * 1000:.3f}"
         if t.backoff_s:
             h[H_BACKOFF] = f"{t.backoff_s * 1000:.1f}"
+        if t.hedge:
+            h[H_HEDGE] = t.hedge
         if checks_failed or t.checks_failed:
             h[H_CHECKS_FAILED] = checks_failed or t.checks_failed or ""
         return h
@@ -105,6 +115,8 @@ class Exchange:
             attrs["gateway.fallback_reason"] = self.trail.failures[0].kind
         if self.trail is not None and self.trail.backoff_s:
             attrs["gateway.backoff_ms"] = self.trail.backoff_s * 1000
+        if self.trail is not None and self.trail.hedge:
+            attrs["gateway.hedge"] = self.trail.hedge
         if self.usage:
             attrs[S_IN_TOKENS] = int(self.usage.get("prompt_tokens") or 0)
             attrs[S_OUT_TOKENS] = int(self.usage.get("completion_tokens") or 0)

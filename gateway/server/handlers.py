@@ -28,7 +28,7 @@ _KNOWN = MappingProxyType(
 
 
 async def metrics(request: web.Request) -> web.Response:
-    body = request.app[GATEWAY].telemetry.prometheus()
+    body = request.app[GATEWAY].prometheus()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
@@ -54,6 +54,15 @@ async def fallthrough(request: web.Request) -> web.Response:
             MethodNotAllowed(f"{request.method} is not allowed on {request.path}; use {method}."),
             rid,
             {"Allow": method},
+        )
+    if request.path == "/admin" or request.path.startswith("/admin/"):
+        s = request.app[GATEWAY].settings
+        return error_response(
+            NotFound(
+                f"The admin API is served on its own listener ({s.admin_host}:{s.admin_port}), "
+                "not on this port."
+            ),
+            rid,
         )
     return error_response(NotFound(f"Unknown path {request.path}."), rid)
 

@@ -15,9 +15,8 @@ RID = web.RequestKey("rid", str)
 
 def request_id(request: web.Request) -> str:
     """The client's ``x-request-id`` when it is sane, else a new one (kept on the request)."""
-    rid = request.get(RID)
-    if rid is not None:
-        return rid
+    if RID in request:
+        return request[RID]
     rid = request.headers.get(H_REQUEST_ID)
     if not (rid and len(rid) <= 128 and rid.isascii() and rid.isprintable()):
         rid = "req_" + os.urandom(12).hex()

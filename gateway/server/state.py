@@ -28,6 +28,7 @@ from gateway.core.router import Router
 from gateway.core.rules import Rules
 from gateway.dispatch.attempts import Dispatcher
 from gateway.ops.control import RulesControl
+from gateway.ops.metrics_merge import merge, read_snapshots, write_snapshot
 from gateway.ops.shadow import Shadow
 from gateway.ops.telemetry import Telemetry
 from gateway.settings import Settings
@@ -118,6 +119,22 @@ class Gateway:
         await self.control.start()
         if self.store is not None:
             self.spawn(self._listen())
+        if self.settings.metrics_dir is not None:
+            self.spawn(self._share_metrics(self.settings.metrics_dir))
+
+    def prometheus(self) -> bytes:
+        """This process's metrics, or with workers, every worker's (labelled by worker)."""
+        own = self.telemetry.prometheus()
+        folder = self.settings.metrics_dir
+        if folder is None:
+            return own
+        return merge(read_snapshots(folder, self.settings.worker_id, own))
+
+    async def _share_metrics(self, folder: Path) -> None:
+        while True:
+            with contextlib.suppress(OSError):
+                write_snapshot(folder, self.settings.worker_id, self.telemetry.prometheus())
+            await asyncio.sleep(1.0)
 
     async def _listen(self) -> None:
         assert self.store is not None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any
 
 from fastapi import APIRouter, Depends
@@ -10,23 +11,28 @@ from gateway.admin.deps import admin_token
 from gateway.admin.models import ErrorOut
 from gateway.admin.wire import AdminRoute
 
-_ERROR: dict[str, Any] = {"model": ErrorOut}
-ERRORS: dict[int | str, dict[str, Any]] = {
-    400: {**_ERROR, "description": "a bad body or parameter"},
-    401: {**_ERROR, "description": "missing or wrong admin token"},
-    403: {**_ERROR, "description": "the admin API is disabled (no GATEWAY_ADMIN_TOKEN)"},
-    503: {**_ERROR, "description": "the store is unreachable"},
-}
-NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {**_ERROR, "description": "no such object"}}
-UNPROCESSABLE: dict[int | str, dict[str, Any]] = {
-    422: {**_ERROR, "description": "valid JSON that does not fit the routing rules"}
-}
+_WHY: MappingProxyType[int | str, str] = MappingProxyType(
+    {
+        400: "a bad body or parameter",
+        401: "missing or wrong admin token",
+        403: "the admin API is disabled (no GATEWAY_ADMIN_TOKEN)",
+        404: "no such object",
+        422: "valid JSON that does not fit the routing rules",
+        503: "the store is unreachable",
+        "default": "any other failure, in the same envelope",
+    }
+)
+
+
+def errors(*statuses: int | str) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI responses: these statuses answer with the error envelope."""
+    return {s: {"model": ErrorOut, "description": _WHY[s]} for s in statuses}
 
 
 def admin_router(tag: str) -> APIRouter:
     return APIRouter(
         route_class=AdminRoute,
         dependencies=[Depends(admin_token)],
-        responses=ERRORS,
+        responses=errors(400, 401, 403, 503, "default"),
         tags=[tag],
     )

@@ -9,10 +9,10 @@ from typing import Any
 
 from fastapi import Response
 
-from gateway.admin.deps import Audit, AuditDep, GatewayDep, StoreDep, TenantDep, runtime
+from gateway.admin.deps import Audit, AuditDep, GatewayDep, StoreDep, TenantDep
 from gateway.admin.models import KeyIn, KeyList, NewKeyOut, key_out
 from gateway.admin.policy import check_policy
-from gateway.admin.routes.base import NOT_FOUND, UNPROCESSABLE, admin_router
+from gateway.admin.routes.base import admin_router, errors
 from gateway.admin.wire import json_response
 from gateway.errors import NotFound
 from gateway.server.app import Gateway
@@ -27,12 +27,12 @@ router = admin_router("keys")
     summary="Create an API key; the plaintext is shown once",
     status_code=201,
     response_model=NewKeyOut,
-    responses={**NOT_FOUND, **UNPROCESSABLE},
+    responses=errors(404, 422),
 )
 async def create_key(
     t: TenantDep, body: KeyIn, gw: GatewayDep, store: StoreDep, audit: AuditDep
 ) -> Response:
-    check_policy(body.policy, runtime(gw).rules)
+    check_policy(body.policy, gw.runtime.rules)
     return json_response(await _new_key(gw, store, audit, t.id, body), 201)
 
 
@@ -40,7 +40,7 @@ async def create_key(
     "/admin/tenants/{tenant_id}/keys",
     summary="The tenant's keys (no secrets)",
     response_model=KeyList,
-    responses=NOT_FOUND,
+    responses=errors(404),
 )
 async def list_keys(t: TenantDep, store: StoreDep) -> Response:
     keys = await store.list_keys(t.id)
@@ -52,7 +52,7 @@ async def list_keys(t: TenantDep, store: StoreDep) -> Response:
     summary="Revoke a key, on every replica at once",
     status_code=204,
     response_class=Response,
-    responses=NOT_FOUND,
+    responses=errors(404),
 )
 async def delete_key(key_id: str, store: StoreDep, audit: AuditDep) -> Response:
     k = await store.delete_key(key_id)
@@ -68,7 +68,7 @@ async def delete_key(key_id: str, store: StoreDep, audit: AuditDep) -> Response:
     summary="Replace a key with a new one (same policy); the old one stops working",
     status_code=201,
     response_model=NewKeyOut,
-    responses=NOT_FOUND,
+    responses=errors(404),
 )
 async def rotate_key(key_id: str, gw: GatewayDep, store: StoreDep, audit: AuditDep) -> Response:
     old = await store.get_key(key_id)

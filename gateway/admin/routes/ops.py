@@ -7,9 +7,9 @@ from typing import Annotated, Any
 
 from fastapi import Query, Response
 
-from gateway.admin.deps import GatewayDep, StoreDep, runtime
+from gateway.admin.deps import GatewayDep, StoreDep
 from gateway.admin.models import ExplainIn, PoolsOut, RecordList
-from gateway.admin.routes.base import NOT_FOUND, admin_router
+from gateway.admin.routes.base import admin_router, errors
 from gateway.admin.wire import json_response
 from gateway.core.explain import explain as explain_request
 from gateway.errors import BadRequest, NotFound
@@ -32,16 +32,14 @@ def _limit(raw: str | None, default: int, most: int) -> int:
     response_model=PoolsOut,
 )
 async def pools(gw: GatewayDep) -> Response:
-    return json_response(
-        {"tiers": runtime(gw).pools.state(), "store_degraded": gw.access.degraded}
-    )
+    return json_response({"tiers": gw.runtime.pools.state(), "store_degraded": gw.access.degraded})
 
 
 @router.post(
     "/admin/explain",
     summary="The routing decision for a request (optionally as a tenant)",
     response_model=dict[str, Any],
-    responses=NOT_FOUND,
+    responses=errors(404),
 )
 async def explain(body: ExplainIn, gw: GatewayDep, store: StoreDep) -> Response:
     eff = None
@@ -50,7 +48,7 @@ async def explain(body: ExplainIn, gw: GatewayDep, store: StoreDep) -> Response:
         if t is None:
             raise NotFound(f"No tenant {body.tenant_id!r}.")
         eff = effective_policy(t, ApiKey(id="-", tenant_id=t.id, digest="", prefix=""))
-    rt = runtime(gw)
+    rt = gw.runtime
     out = explain_request(
         rt.rules,
         {"path": body.path, "headers": body.headers, "body": body.body},

@@ -12,7 +12,7 @@ from fastapi import Depends, Request, Response
 
 from gateway.admin.deps import Audit, AuditDep, ControlDep, StoreDep, admin_user
 from gateway.admin.models import RecordList, Rollback, RulesOut, RulesVersionOut, VersionOut
-from gateway.admin.routes.base import NOT_FOUND, UNPROCESSABLE, admin_router
+from gateway.admin.routes.base import admin_router, errors
 from gateway.admin.wire import json_response
 from gateway.core.rules import RulesError
 from gateway.errors import BadRequest, NotFound, Unprocessable
@@ -20,12 +20,6 @@ from gateway.ops.control import RulesControl
 
 router = admin_router("rules")
 UserDep = Annotated[str, Depends(admin_user)]
-_YAML_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/yaml": {"schema": {"type": "string"}}},
-    }
-}
 
 
 @router.get(
@@ -48,8 +42,13 @@ async def rules(control: ControlDep) -> Response:
     "/admin/rules",
     summary="Upload new rules (YAML body); validated first, 422 with every error",
     response_model=VersionOut,
-    responses=UNPROCESSABLE,
-    openapi_extra=_YAML_BODY,
+    responses=errors(422),
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/yaml": {"schema": {"type": "string"}}},
+        }
+    },
 )
 async def upload_rules(
     request: Request, control: ControlDep, audit: AuditDep, who: UserDep
@@ -65,12 +64,12 @@ async def upload_rules(
     "/admin/rules/reload",
     summary="Reload the rules file from disk",
     response_model=VersionOut,
-    responses=UNPROCESSABLE,
+    responses=errors(422),
 )
 async def reload_rules(control: ControlDep, audit: AuditDep, who: UserDep) -> Response:
     try:
         text = control.path.read_text(encoding="utf-8")
-    except OSError as e:
+    except (OSError, UnicodeDecodeError) as e:
         raise Unprocessable(f"Cannot read {control.path}.", [str(e)]) from None
     return await _submit(control, audit, text, str(control.path), who)
 
@@ -92,7 +91,7 @@ async def _submit(
     "/admin/rules/rollback",
     summary="Make a stored version current",
     response_model=VersionOut,
-    responses={**NOT_FOUND, **UNPROCESSABLE},
+    responses=errors(404, 422),
 )
 async def rollback_rules(
     body: Rollback, control: ControlDep, audit: AuditDep, who: UserDep
@@ -118,7 +117,7 @@ async def rules_versions(store: StoreDep) -> Response:
     "/admin/rules/versions/{version}",
     summary="One stored version's YAML",
     response_model=RulesVersionOut,
-    responses=NOT_FOUND,
+    responses=errors(404),
 )
 async def rules_version(version: str, store: StoreDep) -> Response:
     try:

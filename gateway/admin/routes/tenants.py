@@ -13,7 +13,7 @@ from typing import Annotated, Any
 from fastapi import Query, Response
 from pydantic import ValidationError
 
-from gateway.admin.deps import AuditDep, GatewayDep, StoreDep, TenantDep, runtime
+from gateway.admin.deps import AuditDep, GatewayDep, StoreDep, TenantDep
 from gateway.admin.models import (
     TenantDetail,
     TenantIn,
@@ -25,7 +25,7 @@ from gateway.admin.models import (
     tenant_out,
 )
 from gateway.admin.policy import check_policy
-from gateway.admin.routes.base import NOT_FOUND, UNPROCESSABLE, admin_router
+from gateway.admin.routes.base import admin_router, errors
 from gateway.admin.wire import json_response
 from gateway.errors import BadRequest, Conflicted, NotFound
 from gateway.tenancy.store import Conflict, Store
@@ -39,12 +39,12 @@ router = admin_router("tenants")
     summary="Create a tenant {name, policy}",
     status_code=201,
     response_model=TenantOut,
-    responses=UNPROCESSABLE,
+    responses=errors(422),
 )
 async def create_tenant(
     body: TenantIn, gw: GatewayDep, store: StoreDep, audit: AuditDep
 ) -> Response:
-    check_policy(body.policy, runtime(gw).rules)
+    check_policy(body.policy, gw.runtime.rules)
     t = Tenant(id=new_id("ten"), name=body.name, policy=body.policy)
     await store.create_tenant(t)
     await audit("tenant.create", t.id, body.model_dump(mode="json"))
@@ -61,7 +61,7 @@ async def list_tenants(store: StoreDep) -> Response:
     "/admin/tenants/{tenant_id}",
     summary="A tenant with its keys",
     response_model=TenantDetail,
-    responses=NOT_FOUND,
+    responses=errors(404),
 )
 async def get_tenant(t: TenantDep, store: StoreDep) -> Response:
     keys = await store.list_keys(t.id)
@@ -72,7 +72,7 @@ async def get_tenant(t: TenantDep, store: StoreDep) -> Response:
     "/admin/tenants/{tenant_id}",
     summary="Change name and/or some policy fields",
     response_model=TenantOut,
-    responses={**NOT_FOUND, **UNPROCESSABLE},
+    responses=errors(404, 422),
 )
 async def patch_tenant(
     t0: TenantDep, body: TenantPatch, gw: GatewayDep, store: StoreDep, audit: AuditDep
@@ -84,7 +84,7 @@ async def patch_tenant(
             raise BadRequest(
                 f"Invalid policy: {e.errors()[0]['msg']}.", param="policy", code="invalid_value"
             ) from None
-        check_policy(merged, runtime(gw).rules)
+        check_policy(merged, gw.runtime.rules)
     policy_changes = body.policy or {}
 
     def change(t: Tenant) -> Tenant:
@@ -96,7 +96,9 @@ async def patch_tenant(
         return t.model_copy(update=upd)
 
     what = body.model_dump(mode="json", exclude_none=True)
-    return json_response(tenant_out(await _update(store, audit, t0.id, change, "tenant.patch", what)))
+    return json_response(
+        tenant_out(await _update(store, audit, t0.id, change, "tenant.patch", what))
+    )
 
 
 @router.delete(
@@ -104,7 +106,7 @@ async def patch_tenant(
     summary="Delete a tenant and its keys",
     status_code=204,
     response_class=Response,
-    responses=NOT_FOUND,
+    responses=errors(404),
 )
 async def delete_tenant(tenant_id: str, store: StoreDep, audit: AuditDep) -> Response:
     keys = await store.delete_tenant(tenant_id)
@@ -121,7 +123,7 @@ async def delete_tenant(tenant_id: str, store: StoreDep, audit: AuditDep) -> Res
     "/admin/tenants/{tenant_id}/policy",
     summary="The tenant's policy",
     response_model=Policy,
-    responses=NOT_FOUND,
+    responses=errors(404),
 )
 async def get_policy(t: TenantDep) -> Response:
     return json_response(t.policy.model_dump(mode="json", exclude_none=True))
@@ -131,12 +133,12 @@ async def get_policy(t: TenantDep) -> Response:
     "/admin/tenants/{tenant_id}/policy",
     summary="Replace the whole policy",
     response_model=TenantOut,
-    responses={**NOT_FOUND, **UNPROCESSABLE},
+    responses=errors(404, 422),
 )
 async def put_policy(
     t0: TenantDep, body: Policy, gw: GatewayDep, store: StoreDep, audit: AuditDep
 ) -> Response:
-    check_policy(body, runtime(gw).rules)
+    check_policy(body, gw.runtime.rules)
     what = body.model_dump(mode="json", exclude_none=True)
 
     def change(t: Tenant) -> Tenant:
@@ -146,7 +148,12 @@ async def put_policy(
 
 
 async def _update(
-    store: Store, audit: AuditDep, tid: str, change: Callable[[Tenant], Tenant], action: str, what: Any
+    store: Store,
+    audit: AuditDep,
+    tid: str,
+    change: Callable[[Tenant], Tenant],
+    action: str,
+    what: Any,
 ) -> Tenant:
     try:
         t = await store.update_tenant(tid, change)
@@ -163,7 +170,7 @@ async def _update(
     "/admin/tenants/{tenant_id}/usage",
     summary="Usage of a day (?day=YYYYMMDD): requests, tokens by tier, fallbacks by reason",
     response_model=UsageOut,
-    responses=NOT_FOUND,
+    responses=errors(404),
 )
 async def usage(
     t: TenantDep,
@@ -181,8 +188,6 @@ async def usage(
             "tokens_by_tier": {k[7:]: v for k, v in u.items() if k.startswith("tokens:")},
             "prompt_tokens": u.get("prompt_tokens", 0),
             "completion_tokens": u.get("completion_tokens", 0),
-            "fallbacks_by_reason": {
-                k[10:]: v for k, v in u.items() if k.startswith("fallbacks:")
-            },
+            "fallbacks_by_reason": {k[10:]: v for k, v in u.items() if k.startswith("fallbacks:")},
         }
     )

@@ -1,0 +1,86 @@
+"""Hedged requests ("The Tail at Scale", Dean and Barroso): when the first tier has
+produced no token after a delay, the next tier starts beside it; the first answer that
+passes its checks wins and the loser's connection is closed (its engine stops).
+
+A token bucket caps hedges to a share of traffic, so an overloaded fast tier cannot
+double the standard tier's load: each request earns ``share`` of a hedge, up to
+``burst`` saved.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from gateway.upstream.transport import AttemptError
+
+T = TypeVar("T")
+
+
+class HedgeBudget:
+    __slots__ = ("_burst", "_share", "_tokens", "fired", "requests")
+
+    def __init__(self, share: float, burst: float):
+        self._share = share
+        self._burst = burst
+        self._tokens = burst
+        self.requests = 0
+        self.fired = 0
+
+    def earn(self) -> None:
+        self.requests += 1
+        self._tokens = min(self._burst, self._tokens + self._share)
+
+    def take(self) -> bool:
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        self.fired += 1
+        return True
+
+
+class BothFailed(Exception):
+    def __init__(self, last: AttemptError):
+        super().__init__(str(last))
+        self.last = last
+
+
+async def race(
+    first: Callable[[], Awaitable[T]],
+    second: Callable[[], Awaitable[T]],
+    first_token: asyncio.Event,
+    delay: float,
+    allow: Callable[[], bool],
+) -> tuple[int, bool, T]:
+    """``first``'s answer, or when it has no token after ``delay`` (and ``allow()``), the
+    first good answer of ``first`` and ``second`` run side by side: (which won, whether
+    the hedge fired, the answer).
+    Raises the first's :class:`AttemptError` when it fails unhedged, :class:`BothFailed`
+    when both did."""
+    t1: asyncio.Future[T] = asyncio.ensure_future(first())
+    token = asyncio.ensure_future(first_token.wait())
+    waiters: set[asyncio.Future[Any]] = {t1, token}
+    await asyncio.wait(waiters, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
+    token.cancel()
+    if t1.done() or first_token.is_set() or not allow():
+        return 0, False, await t1
+    t2: asyncio.Future[T] = asyncio.ensure_future(second())
+    pending: set[asyncio.Future[Any]] = {t1, t2}
+    last: AttemptError | None = None
+    try:
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                exc = t.exception()
+                if exc is None:
+                    return (0 if t is t1 else 1), True, t.result()
+                if not isinstance(exc, AttemptError):
+                    raise exc
+                last = exc
+    finally:
+        for t in pending:
+            t.cancel()  # the loser: its attempt closes the upstream connection
+        await asyncio.gather(*pending, return_exceptions=True)
+    assert last is not None
+    raise BothFailed(last)
