@@ -37,12 +37,6 @@ def _load(path: Path) -> Rules:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from aiohttp import web
-
-    from gateway.admin.server import AdminListenError
-    from gateway.ops.local import self_check_hook
-    from gateway.serve import build_app
-
     try:
         settings = load_settings(
             rules=args.rules,
@@ -50,6 +44,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             port=args.port,
             admin_host=args.admin_host,
             admin_port=args.admin_port,
+            workers=args.workers,
         )
     except ValueError as e:  # pydantic's ValidationError is a ValueError
         print(f"error: bad settings: {e}", file=sys.stderr)
@@ -59,12 +54,40 @@ def cmd_serve(args: argparse.Namespace) -> int:
     setup_logging(settings.log_level, settings.access_log)
     path = settings.rules_path()
     rules = _load(path).with_endpoints(settings.pool_urls)
-    app = build_app(settings, rules, path, path.read_text(encoding="utf-8"), _say)
     tiers = ", ".join(f"{n} -> {','.join(t.endpoints)}" for n, t in rules.tiers.items())
     print(f"gateway: rules {path}; tiers: {tiers}", flush=True)
-    app.on_startup.append(_tune_gc)
     engines = _local_engines(settings, rules)
-    if engines is not None:
+    try:
+        if settings.worker_count() > 1:
+            return _supervise(settings, path)
+        return _serve_one(settings, rules, path, engines is not None)
+    finally:
+        if engines is not None:
+            engines.stop()
+
+
+def _supervise(settings: Settings, path: Path) -> int:
+    from gateway.supervisor import Supervisor, check_workers
+
+    problem = check_workers(settings)
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    argv = ["--rules", str(path), "--host", settings.host, "--port", str(settings.port)]
+    argv += ["--admin-host", settings.admin_host, "--admin-port", str(settings.admin_port)]
+    return Supervisor(settings, argv).run()
+
+
+def _serve_one(settings: Settings, rules: Rules, path: Path, self_check: bool) -> int:
+    from aiohttp import web
+
+    from gateway.admin.server import AdminListenError
+    from gateway.ops.local import self_check_hook
+    from gateway.serve import build_app
+
+    app = build_app(settings, rules, path, path.read_text(encoding="utf-8"), _say)
+    app.on_startup.append(_tune_gc)
+    if self_check:
         app.on_startup.append(self_check_hook(settings.host, settings.port, _say))
     try:
         web.run_app(
@@ -76,13 +99,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
             loop=_new_loop(),
             backlog=4096,
             handler_cancellation=True,
+            reuse_port=settings.reuse_port or None,
+            shutdown_timeout=settings.drain_seconds,
         )
     except AdminListenError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    finally:
-        if engines is not None:
-            engines.stop()
     return 0
 
 
@@ -213,6 +235,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--rules", type=Path, default=None, help="routing_rules.yaml")
     s.add_argument("--host", default=None)
     s.add_argument("--port", type=int, default=None)
+    s.add_argument(
+        "--workers", default=None, help="data-plane processes sharing the ports (N or auto)"
+    )
     s.add_argument("--admin-host", default=None, help="the admin API's listener (127.0.0.1)")
     s.add_argument("--admin-port", type=int, default=None, help="the admin API's port (8081)")
     s.set_defaults(func=cmd_serve)

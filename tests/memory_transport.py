@@ -105,7 +105,9 @@ class MemoryTransport:
         self.calls: list[dict[str, Any]] = []
         self.streams: list[MemoryStream] = []
 
-    async def open(self, url: str, body: bytes, limits: Timeouts) -> UpstreamStream:
+    async def open(
+        self, url: str, body: bytes, limits: Timeouts, stream: bool = True
+    ) -> UpstreamStream:
         data = orjson.loads(body)
         self.calls.append(data)
         reply = self.handler(self.tier, data)

@@ -210,14 +210,34 @@ def test_json_schema_failure_falls_back(client: Any) -> None:
     assert json.loads(resp.choices[0].message.content) == {"n": 1}
 
 
-def test_every_tier_fails_502_names_each_attempt(client: Any) -> None:
-    with pytest.raises(openai.APIStatusError) as ei:
-        chat(client, "[[highspeed: status=500]] [[standard: loop]]")
-    e = ei.value
-    assert e.status_code == 502
-    assert e.body["code"] == "all_tiers_failed"
-    assert "highspeed: http_500" in e.body["message"]
-    assert "standard: check_repetition" in e.body["message"]
+def test_last_tier_failing_a_check_is_delivered_and_named(client: Any) -> None:
+    headers, resp = chat(client, "[[highspeed: status=500]] [[standard: loop]]")
+    assert headers["x-gateway-tier"] == "standard"
+    assert headers["x-gateway-checks-failed"] == "repetition"
+    assert "I will repeat" in resp.choices[0].message.content
+
+
+def test_every_tier_fails_502_names_each_attempt(
+    engines: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    rules = rules_for_tests()
+    rules["default"]["on_last_failure"] = "error"
+    proc, url = start_gateway(tmp_path_factory.mktemp("gw"), rules, engines)
+    try:
+        c = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=2)
+        reset(engines)
+        with pytest.raises(openai.APIStatusError) as ei:
+            chat(c, "[[highspeed: status=500]] [[standard: loop]]")
+        e = ei.value
+        assert e.status_code == 502
+        assert e.response.headers["x-should-retry"] == "false"
+        assert e.body["code"] == "all_tiers_failed"
+        assert "highspeed: http_500" in e.body["message"]
+        assert "standard: check_repetition" in e.body["message"]
+        # the SDK obeyed x-should-retry: one client request, no retries of it
+        assert len(engine_requests(engines["standard"])) == 1
+    finally:
+        proc.stop()
 
 
 def test_every_tier_times_out_504(client: Any) -> None:
@@ -393,9 +413,9 @@ def test_open_circuit_sends_traffic_straight_to_standard(
     proc, url = start_gateway(tmp_path_factory.mktemp("gw"), rules, engines)
     try:
         c = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
-        for _ in range(2):
-            headers, _ = chat(c, "[[highspeed: status=500]]")
-            assert headers["x-gateway-fallback"].startswith("highspeed:http_500")
+        # a 500 is transient: tried twice on the fast tier (two failures open the circuit)
+        headers, _ = chat(c, "[[highspeed: status=500]]")
+        assert headers["x-gateway-fallback"].startswith("highspeed:http_500; highspeed:http_500")
         reset(engines)
         headers, _ = chat(c, "fine now")
         assert headers["x-gateway-tier"] == "standard"

@@ -87,7 +87,9 @@ def test_rules_swapped_under_load_never_answer_5xx(engines: dict[str, str], tmp_
 class _Boom:
     """A transport whose engine connection raises something nobody expects."""
 
-    async def open(self, url: str, body: bytes, limits: Timeouts) -> UpstreamStream:
+    async def open(
+        self, url: str, body: bytes, limits: Timeouts, stream: bool = True
+    ) -> UpstreamStream:
         raise RuntimeError("injected")
 
     async def get(self, url: str, timeout: float) -> tuple[int, bytes]:

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import urllib.request
+from collections.abc import Iterator
 from typing import Any
 
 import openai
 import pytest
 
+from tests.conftest import rules_for_tests, start_gateway
 from tests.test_e2e_proxy import engine_requests, reset
 
 # 40 words; the standard tier knows the same answer, so a continuation can be checked exactly
@@ -70,6 +72,17 @@ def assert_one_stream(events: list[Any]) -> None:
 # --- hold-back window: failures inside it are invisible ---------------------------------------
 
 
+@pytest.fixture(scope="module")
+def held(engines: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A gateway whose default rule holds back the first tokens of every stream."""
+    rules = rules_for_tests()
+    rules["default"]["hold_back"] = True
+    rules["default"].pop("hedge_after", None)
+    proc, url = start_gateway(tmp_path_factory.mktemp("gw"), rules, engines)
+    yield url
+    proc.stop()
+
+
 @pytest.mark.parametrize(
     ("fault", "reason"),
     [
@@ -80,10 +93,8 @@ def assert_one_stream(events: list[Any]) -> None:
     ],
     ids=["loop", "leak", "error", "cut"],
 )
-def test_failure_inside_hold_back_falls_back_cleanly(gateway: str, fault: str, reason: str) -> None:
-    headers, events, comments = sse(
-        gateway, f"q [[*: text={ANSWER}; per=1]] [[highspeed: {fault}]]"
-    )
+def test_failure_inside_hold_back_falls_back_cleanly(held: str, fault: str, reason: str) -> None:
+    headers, events, comments = sse(held, f"q [[*: text={ANSWER}; per=1]] [[highspeed: {fault}]]")
     assert content(events) == ANSWER  # one clean stream, from the standard tier only
     assert headers["x-gateway-tier"] == "standard"
     assert headers["x-gateway-fallback"].startswith(reason)
@@ -92,9 +103,9 @@ def test_failure_inside_hold_back_falls_back_cleanly(gateway: str, fault: str, r
     assert comments[-1].startswith(": x-gateway-fallback " + reason)
 
 
-def test_short_answer_inside_hold_back_gets_the_full_checks(gateway: str) -> None:
+def test_short_answer_inside_hold_back_gets_the_full_checks(held: str) -> None:
     # the whole answer fits in the window: the final checks (not_truncated) apply too
-    headers, events, _ = sse(gateway, "q [[highspeed: length]]")
+    headers, events, _ = sse(held, "q [[highspeed: length]]")
     assert headers["x-gateway-fallback"].startswith("highspeed:check_not_truncated")
     assert content(events) == "Echo (standard): q"
 
@@ -102,8 +113,6 @@ def test_short_answer_inside_hold_back_gets_the_full_checks(gateway: str) -> Non
 def test_no_hold_back_when_the_rule_turns_it_off(
     engines: dict[str, str], tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    from tests.conftest import rules_for_tests, start_gateway
-
     rules = rules_for_tests()
     rules["default"]["hold_back"] = False
     proc, url = start_gateway(tmp_path_factory.mktemp("gw"), rules, engines)

@@ -22,6 +22,7 @@ tokens are generated; the client's JSON is assembled from the events.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -51,6 +52,7 @@ from gateway.upstream.pools import Pool, Pools
 from gateway.upstream.transport import AttemptError
 
 T = TypeVar("T")
+log = logging.getLogger("gateway.dispatch")
 Attempt = Callable[[str, Opening], Awaitable[T]]
 _MIN_ATTEMPT_S = 0.05  # no point starting an attempt with less time than this left
 
@@ -174,6 +176,8 @@ class Dispatcher:
             wait = self._wait(e)
             if not (e.transient and self._cfg.same_tier_retries):
                 raise
+            if not self._pools[tier].available(time.monotonic()):
+                raise  # its circuit just opened: no retry into it
             if time.monotonic() + wait + _MIN_ATTEMPT_S > how.until:
                 raise
         await self._sleep(wait, trail)
@@ -211,6 +215,7 @@ class Dispatcher:
                     Failure(tier, e.kind, e.detail, e.timeout, time.perf_counter() - t0)
                 )
                 span.set_attribute("gateway.attempt.outcome", e.kind)
+                log.info("attempt on %s failed: %s (%s)", tier, e.kind, e.detail)
                 raise
         trail.ok_attempt_s = time.perf_counter() - t0
         self.book.add(tier, how.stream, trail.ok_attempt_s)

@@ -160,7 +160,9 @@ async def pull(s: StreamStart) -> bool:
         if s.state.finish_reason is not None:
             s.state.done = s.state.eof_done = True
             return False
-        raise AttemptError("stream_cut", "stream ended without [DONE]", retryable=True)
+        if s.state.id is None and not s.head and s.framer.pending:
+            raise AttemptError("bad_body", "the answer is not an event stream")
+        raise AttemptError("stream_cut", "stream ended without [DONE]")
     complete, payloads = s.framer.feed(chunk)
     token = False
     for p in payloads:

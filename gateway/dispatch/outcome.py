@@ -49,7 +49,8 @@ class Outcome:
 
 
 def describe_fallback(failures: list[Failure], tier: str) -> str | None:
-    """Why we fell back (x-gateway-fallback): ``highspeed:check_repetition (...) -> standard``."""
+    """Why we fell back (x-gateway-fallback): ``highspeed:check_repetition -> standard``.
+    The kind and the tier only: engine addresses and bodies go to the log, not to tenants."""
     if not failures:
         return None
-    return "; ".join(f"{f.short()} ({f.detail[:80]})" for f in failures) + f" -> {tier}"
+    return "; ".join(f.short() for f in failures) + f" -> {tier}"

@@ -31,7 +31,12 @@ class AppSource:
 
 
 def create_app(settings: Settings, src: AppSource) -> web.Application:
-    app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[catch_all])
+    app = web.Application(
+        client_max_size=settings.max_body_bytes,
+        middlewares=[catch_all],
+        # request bodies are decompressed by us, with a limit on the decompressed size
+        handler_args={"auto_decompress": False},
+    )
     path = src.path or settings.rules_path()
     text = src.text if src.text is not None else path.read_text(encoding="utf-8")
 

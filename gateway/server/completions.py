@@ -11,6 +11,7 @@ import asyncio
 import logging
 import os
 import time
+import zlib
 from collections.abc import Callable
 
 import orjson
@@ -37,7 +38,6 @@ from gateway.server.responses import JSON, error_response, request_id
 from gateway.server.state import GATEWAY, Gateway, Runtime
 from gateway.settings import Settings
 from gateway.tenancy.access import rate_headers
-from gateway.tenancy.limits import Admission
 from gateway.upstream.transport import AttemptError
 
 log = logging.getLogger("gateway.server")
@@ -71,83 +71,72 @@ async def _handle(request: web.Request, parse: Parse, kind: str) -> web.StreamRe
 async def _serve(
     request: web.Request, gw: Gateway, rt: Runtime, parse: Parse, ex: Exchange
 ) -> web.StreamResponse:
-    slot: str | None = None  # the admission's in-flight member: ours, never the client's
     try:
         eff = ex.eff = await gw.access.authenticate(request.headers.get("Authorization"))
         req = parse(await read_body(request, gw.settings))
         d = ex.d = rt.router.decide(
             rt.classifier.classify(req, request.headers), rt.pools.health(), eff
         )
-        adm = await gw.access.admit(eff, slot := "adm_" + os.urandom(8).hex())
+        slot = "adm_" + os.urandom(8).hex()  # the in-flight member: ours, never the client's
+        ex.admission = await gw.access.admit(eff, slot)
+        ex.slot = slot
         call = rt.dispatcher.call(req, d, time.monotonic() + d.deadline)
         if req.stream:
             ex.stream = True
             relay = await rt.dispatcher.stream(call)
-            return await _relay(request, gw, rt, ex, relay, adm, slot)
+            return await _relay(request, gw, rt, ex, relay)
         out = await rt.dispatcher.complete(call)
     except GatewayError as e:
-        return _failed(gw, ex, e, slot)
+        return _failed(gw, ex, e)
     except AttemptError as e:  # the engine refused the request itself: relay its answer
         ex.status, ex.error = e.status or 400, e.kind
-        _account(gw, ex, slot)
+        _account(gw, ex)
         headers = {H_REQUEST_ID: ex.rid, **ex.headers()}
         return web.Response(status=ex.status, body=e.body, content_type=JSON, headers=headers)
-    return _answer(gw, rt, ex, req, out, adm, slot)
+    return _answer(gw, rt, ex, req, out)
 
 
-def _failed(gw: Gateway, ex: Exchange, e: GatewayError, slot: str | None) -> web.Response:
+def _failed(gw: Gateway, ex: Exchange, e: GatewayError) -> web.Response:
     ex.status, ex.error = e.status, e.code
     extra = ex.headers()
     if isinstance(e, RateLimited):
         extra.update(e.headers)
     if isinstance(e, UpstreamFailed):
         extra[H_SHOULD_RETRY] = "false"  # every tier was tried: a client retry adds load only
-    _account(gw, ex, slot)
+    _account(gw, ex)
     return error_response(e, ex.rid, extra)
 
 
 def _answer(
-    gw: Gateway,
-    rt: Runtime,
-    ex: Exchange,
-    req: ClientRequest,
-    out: Outcome,
-    adm: Admission,
-    slot: str,
+    gw: Gateway, rt: Runtime, ex: Exchange, req: ClientRequest, out: Outcome
 ) -> web.Response:
     ex.trail, ex.tier, ex.usage = out.trail, out.tier, out.usage
     if ex.eff is not None:
         _maybe_shadow(gw, rt, ex, req, lambda: answer_text(req.kind, orjson.loads(out.body)))
     headers = ex.headers()
     headers[H_REQUEST_ID] = ex.rid
-    if ex.eff is not None and ex.eff.tenant_id is not None:
-        headers.update(rate_headers(adm))
-    _account(gw, ex, slot)
+    if ex.admission is not None and ex.eff is not None and ex.eff.tenant_id is not None:
+        headers.update(rate_headers(ex.admission))
+    _account(gw, ex)
     return web.Response(body=out.body, content_type=JSON, headers=headers)
 
 
 async def _relay(
-    request: web.Request,
-    gw: Gateway,
-    rt: Runtime,
-    ex: Exchange,
-    relay: StreamRelay,
-    adm: Admission,
-    slot: str,
+    request: web.Request, gw: Gateway, rt: Runtime, ex: Exchange, relay: StreamRelay
 ) -> web.StreamResponse:
     ex.trail, ex.tier = relay.trail, relay.tier
     headers = ex.headers(relay.checks_failed)
     headers[H_REQUEST_ID] = ex.rid
     headers["Cache-Control"] = "no-cache"
-    if ex.eff is not None and ex.eff.tenant_id is not None:
-        headers.update(rate_headers(adm))
+    if ex.admission is not None and ex.eff is not None and ex.eff.tenant_id is not None:
+        headers.update(rate_headers(ex.admission))
     resp = web.StreamResponse(headers=headers)
     resp.content_type = "text/event-stream"
     try:
         await resp.prepare(request)
     except BaseException:
         relay.abandon()
-        _account(gw, ex, slot)
+        _account(gw, ex)
         raise
     ex.first_byte = time.perf_counter()
     try:
@@ -158,7 +147,7 @@ async def _relay(
             ex.error = "stream_broken"
         else:
             _maybe_shadow(gw, rt, ex, relay.call.req, relay.start.state.text)
-        _account(gw, ex, slot)
+        _account(gw, ex)
     return resp
 
 
@@ -196,9 +185,9 @@ def _maybe_shadow(
         )
 
 
-def _account(gw: Gateway, ex: Exchange, slot: str | None) -> None:
+def _account(gw: Gateway, ex: Exchange) -> None:
     """Free the concurrency slot and count the usage, after the answer (tenants only)."""
-    eff = ex.eff
+    eff, slot = ex.eff, ex.slot
     if slot is not None and eff is not None and eff.tenant_id is not None:
         reason = ex.trail.fallback_kind if ex.trail is not None else ex.error
         gw.spawn(gw.access.done(eff, slot, ex.tier, ex.usage, reason))
@@ -219,17 +208,29 @@ async def read_body(request: web.Request, settings: Settings) -> bytes:
         )
     try:
         async with asyncio.timeout(settings.body_timeout):
-            return await request.read()
+            raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise PayloadTooLarge(f"The request body is over the limit of {limit} bytes.") from None
     except TimeoutError:
-        raise _bad(
-            f"The request body did not arrive within {settings.body_timeout:.0f}s.", 408
-        ) from None
-    except Exception as e:  # aiohttp's decompression and payload errors
-        if enc in ("", "identity"):
-            raise _bad("The request body could not be read.", 400) from e
-        raise _bad(f"The request body is not valid {enc} data.", 400) from None
+        msg = f"The request body did not arrive within {settings.body_timeout:.0f}s."
+        raise _bad(msg, 408) from None
+    return raw if enc in ("", "identity") else _decompress(raw, enc, limit)
+
+
+def _decompress(raw: bytes, enc: str, limit: int) -> bytes:
+    """gzip or deflate (zlib or raw), never more than ``limit`` bytes out (no bombs)."""
+    wbits = 47 if enc in ("gzip", "x-gzip") else 15  # 47: gzip or zlib header, detected
+    for bits in (wbits, -15) if enc == "deflate" else (wbits,):
+        d = zlib.decompressobj(bits)
+        try:
+            out = d.decompress(raw, limit + 1)
+        except zlib.error:
+            continue
+        if len(out) > limit or d.unconsumed_tail:
+            raise PayloadTooLarge(f"The decompressed request body is over {limit} bytes.")
+        if d.eof:
+            return out
+    raise _bad(f"The request body is not valid {enc} data.", 400)
 
 
 def _bad(message: str, status: int) -> GatewayError:

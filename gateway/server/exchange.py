@@ -32,6 +32,7 @@ from gateway.ops.telemetry import (
     S_REQ_MODEL,
     RequestRecord,
 )
+from gateway.tenancy.limits import Admission
 from gateway.tenancy.tenants import Effective
 
 
@@ -49,6 +50,8 @@ class Exchange:
     tier: str = "none"
     usage: dict[str, Any] | None = None
     first_byte: float | None = None
+    admission: Admission | None = None
+    slot: str | None = None  # the admission's in-flight member (released at the end)
 
     def headers(self, checks_failed: str | None = None) -> dict[str, str]:
         """x-gateway-route, -tier, -fallback, -overhead-ms, -backoff-ms, -checks-failed."""

@@ -209,10 +209,12 @@ class Pool:
         t = self.tier.timeouts
         return Timeouts(min(t.total, budget), t.connect, t.stall if stream else None)
 
-    async def open(self, rep: Replica, path: str, body: bytes, limits: Timeouts) -> UpstreamStream:
+    async def open(
+        self, rep: Replica, path: str, body: bytes, limits: Timeouts, stream: bool = True
+    ) -> UpstreamStream:
         """POST to one replica; the open 200 answer. A refused connection marks it down."""
         try:
-            return await self.transport.open(rep.url + path, body, limits)
+            return await self.transport.open(rep.url + path, body, limits, stream)
         except AttemptError as e:
             if e.kind == "connect":
                 rep.up = False  # refused: no traffic until a probe says otherwise
@@ -220,7 +222,7 @@ class Pool:
 
     async def post(self, rep: Replica, path: str, body: bytes, limits: Timeouts) -> bytes:
         """POST and read the whole 200 answer (a non-streamed request)."""
-        up = await self.open(rep, path, body, limits)
+        up = await self.open(rep, path, body, limits, stream=False)
         parts: list[bytes] = []
         try:
             async with asyncio.timeout(limits.total):

@@ -19,10 +19,12 @@ from types import MappingProxyType
 from typing import Protocol
 
 import aiohttp
+import orjson
 
 _SKIP_HEADERS = ("Accept-Encoding", "User-Agent")
 _JSON = MappingProxyType({"Content-Type": "application/json"})
 MAX_ERROR_BODY = 64 * 1024
+MAX_JSON_ANSWER = 64 * 1024 * 1024
 _TRANSIENT = frozenset((500, 502, 503, 429))
 
 
@@ -76,8 +78,11 @@ class UpstreamStream(Protocol):
 
 
 class Transport(Protocol):
-    async def open(self, url: str, body: bytes, limits: Timeouts) -> UpstreamStream:
-        """POST ``body``; the open 200 answer, or :class:`AttemptError`."""
+    async def open(
+        self, url: str, body: bytes, limits: Timeouts, stream: bool = True
+    ) -> UpstreamStream:
+        """POST ``body``; the open 200 answer, or :class:`AttemptError`. With ``stream``,
+        a whole JSON answer is handed on as the equivalent event stream."""
         ...
 
     async def get(self, url: str, timeout: float) -> tuple[int, bytes]:
@@ -108,6 +113,57 @@ class _HttpStream:
         self._resp.release()
 
 
+class JsonAsStream:
+    """A whole JSON answer to a request for a stream (some engines and providers ignore
+    ``stream: true``), read and handed on as the equivalent event stream."""
+
+    __slots__ = ("_done", "_inner")
+
+    def __init__(self, inner: UpstreamStream):
+        self._inner = inner
+        self._done = False
+
+    async def read(self) -> bytes:
+        if self._done:
+            return b""
+        parts = []
+        while chunk := await self._inner.read():
+            parts.append(chunk)
+            if sum(map(len, parts)) > MAX_JSON_ANSWER:
+                raise AttemptError("bad_body", "the answer is over the size limit")
+        self._done = True
+        return json_as_events(b"".join(parts))
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def release(self) -> None:
+        self._inner.release()
+
+
+def json_as_events(data: bytes) -> bytes:
+    """A chat or text completion object as the SSE events that would have carried it."""
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise AttemptError("bad_body", "the answer is not JSON") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("choices"), list):
+        raise AttemptError("bad_body", "the answer is not a completion object")
+    head = {k: obj[k] for k in ("id", "created", "model", "system_fingerprint") if k in obj}
+    choices = []
+    for ch in obj["choices"]:
+        if not isinstance(ch, dict):
+            raise AttemptError("bad_body", "a choice is not an object")
+        c = {k: v for k, v in ch.items() if k != "message"}
+        if "message" in ch:
+            c["delta"] = ch["message"]
+        choices.append(c)
+    events = [{**head, "choices": choices}]
+    if obj.get("usage"):
+        events.append({**head, "choices": [], "usage": obj["usage"]})
+    return b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+
+
 class HttpTransport:
     """The real transport: aiohttp, pooled keep-alive connections, no retries of its own."""
 
@@ -124,7 +180,9 @@ class HttpTransport:
             timeout=aiohttp.ClientTimeout(total=None),
         )
 
-    async def open(self, url: str, body: bytes, limits: Timeouts) -> UpstreamStream:
+    async def open(
+        self, url: str, body: bytes, limits: Timeouts, stream: bool = True
+    ) -> UpstreamStream:
         timeout = aiohttp.ClientTimeout(
             total=limits.total, sock_connect=limits.connect, sock_read=limits.read_gap
         )
@@ -138,6 +196,8 @@ class HttpTransport:
             err = status_error(resp.status, data)
             err.retry_after = _retry_after(resp.headers.get("Retry-After"))
             raise err
+        if stream and resp.content_type == "application/json":  # it ignored "stream"
+            return JsonAsStream(_HttpStream(resp))
         return _HttpStream(resp)
 
     async def _post(
