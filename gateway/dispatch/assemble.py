@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.checks.base import Output
+from gateway.upstream.sse import StreamState
 
 _TOP = ("id", "created", "model", "system_fingerprint", "service_tier")
 
@@ -33,6 +34,30 @@ def assemble(kind: str, events: list[dict[str, Any]]) -> dict[str, Any]:
     out["choices"] = [_finish(choices[i], chat) for i in sorted(choices)]
     if usage is not None:
         out["usage"] = usage
+    return out
+
+
+def assemble_state(state: StreamState) -> dict[str, Any]:
+    """The answer of a plain stream (one choice; text, tool calls, finish reason, usage),
+    straight from what :class:`StreamState` tracked: no second pass over the events."""
+    first = state.first
+    out: dict[str, Any] = {"object": "chat.completion" if state.chat else "text_completion"}
+    for key in _TOP:
+        if first.get(key) is not None:
+            out[key] = first[key]
+    choice: dict[str, Any] = {"index": 0}
+    if state.chat:
+        msg: dict[str, Any] = {"role": "assistant", "content": state.text() or None}
+        if state.tool_calls:
+            msg["tool_calls"] = [state.tool_calls[i] for i in sorted(state.tool_calls)]
+        choice["message"] = msg
+    else:
+        choice["text"] = state.text()
+    choice["logprobs"] = None
+    choice["finish_reason"] = state.finish_reason
+    out["choices"] = [choice]
+    if state.usage is not None:
+        out["usage"] = state.usage
     return out
 
 

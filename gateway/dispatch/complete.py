@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from gateway.checks.base import CheckResult
-from gateway.dispatch.assemble import assemble, outputs
+from gateway.dispatch.assemble import assemble, assemble_state, outputs
 from gateway.dispatch.call import Call
 from gateway.dispatch.opening import Opening, StreamOpener, StreamStart, pull
 from gateway.dispatch.outcome import Trail
@@ -72,6 +72,8 @@ class Completer:
             raise AttemptError(
                 "timeout", "the answer did not finish in its budget", timeout=True
             ) from None
+        if s.state.plain:
+            return assemble_state(s.state)
         return assemble(call.req.kind, s.state.events)
 
     def _judge(

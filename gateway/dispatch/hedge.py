@@ -59,10 +59,7 @@ async def race(
     Raises the first's :class:`AttemptError` when it fails unhedged, :class:`BothFailed`
     when both did."""
     t1: asyncio.Future[T] = asyncio.ensure_future(first())
-    token = asyncio.ensure_future(first_token.wait())
-    waiters: set[asyncio.Future[Any]] = {t1, token}
-    await asyncio.wait(waiters, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
-    token.cancel()
+    await asyncio.wait((t1,), timeout=delay)
     if t1.done() or first_token.is_set() or not allow():
         return 0, False, await t1
     t2: asyncio.Future[T] = asyncio.ensure_future(second())

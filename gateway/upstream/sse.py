@@ -18,6 +18,9 @@ import orjson
 from gateway.checks.base import Output
 from gateway.upstream.transport import AttemptError
 
+_PLAIN_DELTA = frozenset(("role", "content", "tool_calls"))
+_PLAIN_CHOICE = frozenset(("index", "delta", "text", "finish_reason", "logprobs"))
+
 
 def data_payloads(events: bytes) -> list[bytes]:
     """The ``data:`` payloads of complete SSE events."""
@@ -60,10 +63,12 @@ class StreamState:
         "eof_done",
         "events",
         "finish_reason",
+        "first",
         "id",
         "model",
         "multi",
         "parts",
+        "plain",
         "tokens",
         "tool_calls",
         "usage",
@@ -84,9 +89,12 @@ class StreamState:
         self.events: list[dict[str, Any]] | None = None  # every event, when assembling
         self.tool_calls: dict[int, dict[str, Any]] = {}
         self.multi = False  # n > 1: several choices interleave
+        self.plain = True  # nothing seen beyond text, tool calls, finish reason and usage
+        self.first: dict[str, Any] = {}  # the first event (its id, model, fingerprint ...)
 
     def feed(self, payload: bytes) -> bool:
-        """Take one event's payload; True when it carried output (a token)."""
+        """Take one event's payload; True when it carried output (a token). An event that
+        is not what an OpenAI stream carries is an upstream failure, never a crash."""
         if payload == b"[DONE]":
             self.done = True
             return False
@@ -103,54 +111,80 @@ class StreamState:
         if self.events is not None:
             self.events.append(obj)
         if self.id is None:
+            self.first = obj
             self.id, self.model, self.created = obj.get("id"), obj.get("model"), obj.get("created")
         usage = obj.get("usage")
         if usage:
+            if not isinstance(usage, dict):
+                raise AttemptError("bad_stream", "usage is not an object")
             self.usage = usage
+        choices = obj.get("choices") or []
+        if not isinstance(choices, list):
+            raise AttemptError("bad_stream", "choices is not a list")
         token = False
-        for ch in obj.get("choices") or ():
-            if not isinstance(ch, dict):
-                continue
-            if ch.get("index", 0):
-                self.multi = True
-                continue
-            if self.chat:
-                delta = ch.get("delta") or {}
-                text = delta.get("content")
-                calls = delta.get("tool_calls")
-                if calls:
-                    self._tool_deltas(calls)
-                    token = True
-                if delta.get("reasoning_content") or delta.get("refusal"):
-                    token = True
-            else:
-                text = ch.get("text")
-            if text:
-                self.parts.append(text)
-                self.chars += len(text)
-                self.tokens += 1
+        for ch in choices:
+            token = self._choice(ch) or token
+        return token or (usage is not None and not choices)
+
+    def _choice(self, ch: Any) -> bool:
+        if not isinstance(ch, dict):
+            raise AttemptError("bad_stream", "a choice is not an object")
+        if ch.get("index", 0):
+            self.multi = True
+            self.plain = False
+            return False
+        token = False
+        if self.chat:
+            delta = ch.get("delta") or {}
+            if not isinstance(delta, dict):
+                raise AttemptError("bad_stream", "a delta is not an object")
+            text = delta.get("content")
+            calls = delta.get("tool_calls")
+            if calls:
+                if not isinstance(calls, list):
+                    raise AttemptError("bad_stream", "tool_calls is not a list")
+                self._tool_deltas(calls)
                 token = True
-            fr = ch.get("finish_reason")
-            if fr:
-                self.finish_reason = fr
-                token = True
-        return token or (usage is not None and not obj.get("choices"))
+            if not _PLAIN_DELTA.issuperset(delta):
+                self.plain = False
+                token = token or bool(delta.get("reasoning_content") or delta.get("refusal"))
+        else:
+            text = ch.get("text")
+        if self.plain and (ch.get("logprobs") is not None or not _PLAIN_CHOICE.issuperset(ch)):
+            self.plain = False
+        if text:
+            if not isinstance(text, str):
+                raise AttemptError("bad_stream", "the text is not a string")
+            self.parts.append(text)
+            self.chars += len(text)
+            self.tokens += 1
+            token = True
+        fr = ch.get("finish_reason")
+        if fr:
+            self.finish_reason = fr
+            token = True
+        return token
 
     def _tool_deltas(self, calls: list[Any]) -> None:
         for c in calls:
-            if not isinstance(c, dict):
-                continue
+            index, fn = c.get("index", 0) if isinstance(c, dict) else None, None
+            if isinstance(c, dict):
+                fn = c.get("function") or {}
+            if not isinstance(index, int) or not isinstance(fn, dict):
+                raise AttemptError("bad_stream", "a tool call is malformed")
+            if c.get("type") not in (None, "function"):
+                self.plain = False
             slot = self.tool_calls.setdefault(
-                int(c.get("index", 0)),
-                {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
+                index, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
             )
             if c.get("id"):
                 slot["id"] = c["id"]
-            fn = c.get("function") or {}
-            if fn.get("name"):
-                slot["function"]["name"] += fn["name"]
-            if fn.get("arguments"):
-                slot["function"]["arguments"] += fn["arguments"]
+            for part in ("name", "arguments"):
+                value = fn.get(part)
+                if value:
+                    if not isinstance(value, str):
+                        raise AttemptError("bad_stream", f"a tool call's {part} is not a string")
+                    slot["function"][part] += value
 
     def text(self) -> str:
         if len(self.parts) > 1:
