@@ -3,6 +3,7 @@
     python -m evals speed --target A=URL --target B=URL [--concurrency 1,4,16 ...]
     python -m evals quality [--target fast=URL,... --target standard=URL,...] [--shadow URL]
     python -m evals checks [--out DIR]
+    python -m evals headline [--requests 48 --clients 1,8 --faults ... --engines sim|local]
     python -m evals bench [--duration 3 --repeats 3 --targets direct,relay,gateway ...]
     python -m evals micro [--repeat 7 ...]
 
@@ -15,6 +16,7 @@ import importlib
 import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
+    "headline": ("evals.headline", "fast tier raw vs standard raw vs the gateway, faults on"),
     "bench": ("evals.bench.proxy", "proxy overhead: direct vs. relay vs. gateway"),
     "micro": ("evals.bench.micro", "in-process classify+route and checks, us per op"),
     "speed": ("evals.speed", "TTFT/TPOT/tok/s/P99 of endpoints side by side, concurrency sweep"),

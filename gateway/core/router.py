@@ -31,7 +31,7 @@ class RouteDecision:
     cls: Classification
     hold_back: bool = False  # streams: hold the first tokens back while early checks run
     on_last_failure: str = "deliver"  # the last tier failed a check: "deliver" or "error"
-    hedge_after: float | None = None  # seconds without a first token before hedging
+    hedge_after: float | str | None = None  # seconds without a first token, or "auto"
 
     @property
     def route_header(self) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gateway.checks.base import CHECK_NAMES
 from gateway.checks.settings import CheckSettings
@@ -156,12 +156,20 @@ class Route(_Strict):
         description="hold back the first tokens of every stream of this rule (it is on by "
         "itself for tool calls, a client's JSON schema and n > 1)",
     )
-    hedge_after: float | None = Field(
+    hedge_after: float | Literal["auto"] | None = Field(
         default=None,
-        gt=0,
         description="start the next tier beside the first when it has no token after this "
-        "many seconds (the first good answer wins); null: no hedging",
+        "many seconds, or 'auto' (3x the first tier's observed p90 time to first token, "
+        "0.05-2 s); the first good answer wins; null: no hedging",
     )
+
+    @field_validator("hedge_after")
+    @classmethod
+    def _positive_hedge(cls, v: float | str | None) -> float | str | None:
+        if isinstance(v, float | int) and v <= 0:
+            raise ValueError("hedge_after must be > 0 seconds, 'auto' or null")
+        return v
+
     on_last_failure: Literal["deliver", "error"] = Field(
         default="deliver",
         description="the last tier's answer failed a check: deliver it (with "

@@ -38,7 +38,7 @@ from gateway.checks.settings import RepetitionSettings
 from gateway.core.request import ClientRequest
 from gateway.core.router import RouteDecision
 from gateway.core.rules import Dispatch
-from gateway.dispatch.budget import LatencyBook, reserve
+from gateway.dispatch.budget import TTFT, LatencyBook, reserve
 from gateway.dispatch.call import Call
 from gateway.dispatch.complete import Completer
 from gateway.dispatch.continuation import Continuer
@@ -86,7 +86,7 @@ class Dispatcher:
         self._cfg = cfg
         self.book = LatencyBook()
         self.hedges = HedgeBudget(cfg.hedge_share, cfg.hedge_burst)
-        self._opener = StreamOpener(telemetry)
+        self._opener = StreamOpener(telemetry, self.book)
         self._completer = Completer(self._opener, telemetry)
         self._repetition = repetition
 
@@ -141,6 +141,12 @@ class Dispatcher:
                     break
         raise self._give_up(last_error, trail)
 
+    def _hedge_delay(self, setting: float | str | None, tier: str) -> float:
+        if isinstance(setting, float | int):
+            return float(setting)
+        seen = self.book.p90(tier + TTFT, True)  # "auto"
+        return 1.0 if seen is None else min(2.0, max(0.05, 3.0 * seen))
+
     def _how(self, call: Call, tiers: tuple[str, ...], tier: str, hedge: bool = False) -> Opening:
         """The attempt's limits: the deadline minus what the tiers after it need."""
         later = tiers[tiers.index(tier) + 1 :]
@@ -156,16 +162,17 @@ class Dispatcher:
         """The first two tiers, the second started once the first is slow to a token."""
         first = self._how(call, tiers, tiers[0], hedge=True)
         second = self._how(call, tiers, tiers[1])
-        assert first.first_token is not None and call.d.hedge_after is not None
+        assert first.first_token is not None
+        delay = self._hedge_delay(call.d.hedge_after, tiers[0])
         won, fired, value = await race(
             lambda: self._tier(tiers[0], attempt, first, trail),
             lambda: self._tier(tiers[1], attempt, second, trail),
             first.first_token,
-            call.d.hedge_after,
+            delay,
             self.hedges.take,
         )
         if fired:
-            trail.hedge = f"{tiers[1]} after {call.d.hedge_after:g}s; {tiers[won]} won"
+            trail.hedge = f"{tiers[1]} after {delay:.2g}s; {tiers[won]} won"
         return tiers[won], value
 
     async def _tier(self, tier: str, attempt: Attempt[T], how: Opening, trail: Trail) -> T:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections import deque
 
+TTFT = "#ttft"  # suffix of a tier's time-to-first-token samples (any request)
+
 
 class LatencyBook:
     """Recent successful attempt times per (tier, streamed), and their 90th percentile."""

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 
 from gateway.checks.base import CheckResult
+from gateway.dispatch.budget import TTFT, LatencyBook
 from gateway.dispatch.call import Call
 from gateway.dispatch.live import LiveChecks
 from gateway.dispatch.outcome import Trail
@@ -55,8 +56,9 @@ class StreamStart:
 
 
 class StreamOpener:
-    def __init__(self, telemetry: Telemetry):
+    def __init__(self, telemetry: Telemetry, book: LatencyBook):
         self._tel = telemetry
+        self._book = book
 
     async def open(
         self, call: Call, pool: Pool, body: bytes, how: Opening, trail: Trail
@@ -83,6 +85,7 @@ class StreamOpener:
             async with asyncio.timeout(ttft):
                 s.up = await pool.open(rep, call.path, body, pool.limits(remaining, stream=True))
                 await _first_token(s)
+            self._book.add(pool.name + TTFT, True, time.perf_counter() - t0)
             if how.first_token is not None:
                 how.first_token.set()
             bad = s.live.maybe_run(s.state)  # nothing goes out unchecked

@@ -1,0 +1,328 @@
+"""The headline: how much of the fast tier's speed a client keeps through the gateway,
+with the standard tier's reliability — measured side by side in one run.
+
+    python -m evals headline [--requests 48] [--clients 1,8] [--modes stream,plain]
+        [--faults loop=0.05,slow_ttft=0.03,hang=0.01,cut=0.01,leak=0.01]
+        [--time-scale 1.0] [--engines sim|local] [--no-hedge-target] [--out DIR]
+
+Engines: ``sim`` (default) starts the project's SGLang-shaped simulator twice — a
+``highspeed`` replica with the fault mix, a ``standard`` replica without faults;
+``local`` starts the real local llama.cpp engines (a short run; no faults can be
+injected into a real engine). The gateway runs with the repository's rules, its tiers
+pointed at those engines. Targets, interleaved request by request in one run: the fast
+tier raw, the standard tier raw, the gateway, and (unless ``--no-hedge-target``) a second
+gateway with hedging off, so hedging on vs off is measured in the same run.
+
+Per mode (streamed and non-streamed chat) and client count: TTFT (first content byte;
+a non-streamed answer's latency), TPOT, latency P50/P95/P99, output tokens/s per request,
+errors, and answers that reached the client with a defect (a loop, a template-token
+leak, a cut: no finish or no ``[DONE]``); for the gateways, fallbacks, hedges and the
+standard tier's extra load. Writes ``headline.md``, ``headline.json`` and
+``headline.png`` into ``--out`` (default ``results/headline-<stamp>/``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+
+from evals.bench.procs import Service, log
+from evals.headline_report import report
+from evals.report_util import ROOT, default_out
+from gateway.checks.repetition import find_loop_start
+from gateway.checks.settings import RepetitionSettings
+
+DEFAULT_FAULTS = "loop=0.05,slow_ttft=0.03,hang=0.01,cut=0.01,leak=0.01"
+LEAKS = ("<|im_end|>", "<|im_start|>", "<|endoftext|>", "<|eot_id|>")
+TOPICS = ("tea", "rivers", "bridges", "owls", "glass", "maps", "bread", "tides", "chess")
+
+
+@dataclass
+class Target:
+    name: str
+    url: str
+    model: str
+    gateway: bool = False
+
+
+@dataclass
+class Sample:
+    target: str
+    mode: str
+    clients: int
+    ok: bool
+    ttft_s: float | None = None
+    latency_s: float = 0.0
+    tokens: int = 0
+    defect: str | None = None
+    error: str | None = None
+    tier: str | None = None
+    fallback: bool = False
+    hedge: bool = False
+
+
+@dataclass
+class Run:
+    args: argparse.Namespace
+    targets: list[Target] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
+    services: list[Any] = field(default_factory=list)  # Service or LocalEngines
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait(url: str, timeout: float = 60.0) -> None:
+    import urllib.request
+
+    until = time.monotonic() + timeout
+    while time.monotonic() < until:
+        try:
+            with urllib.request.urlopen(url, timeout=1) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} did not answer within {timeout:.0f}s")
+
+
+def _rules(out: Path, hedge: bool) -> Path:
+    data = yaml.safe_load((ROOT / "routing_rules.yaml").read_text())
+    if not hedge:
+        for route in (data["default"], *data["rules"]):
+            route.pop("hedge_after", None)
+    path = out / f"rules-{'hedge' if hedge else 'nohedge'}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def start_engines(run: Run, out: Path) -> dict[str, str]:
+    a = run.args
+    urls: dict[str, str] = {}
+    if a.engines == "local":
+        from gateway.ops.local import LocalEngines
+
+        engines = LocalEngines(out)
+        ports = {"highspeed": _free_port(), "standard": _free_port()}
+        engines.start(list(ports.items()))
+        run.services.append(engines)
+        return {t: f"http://127.0.0.1:{p}" for t, p in ports.items()}
+    for tier in ("highspeed", "standard"):
+        port = _free_port()
+        argv = [
+            sys.executable,
+            "-m",
+            "engines.sim",
+            "--port",
+            str(port),
+            "--profile",
+            tier,
+            "--seed",
+            str(a.seed),
+            "--time-scale",
+            str(a.time_scale),
+        ]
+        if tier == "highspeed":
+            for f in filter(None, a.faults.split(",")):
+                argv += ["--fault", f]
+        run.services.append(Service(f"sim-{tier}", argv, cpus=None, nice=False, logdir=out))
+        urls[tier] = f"http://127.0.0.1:{port}"
+        _wait(urls[tier] + "/health")
+    return urls
+
+
+def start_gateway(run: Run, out: Path, urls: dict[str, str], hedge: bool) -> str:
+    port = _free_port()
+    env = {**os.environ, "GATEWAY_LOCAL_ENGINES": "off", "GATEWAY_ADMIN_PORT": str(_free_port())}
+    env.update({f"GATEWAY_POOL_{t.upper()}_URLS": u for t, u in urls.items()})
+    argv = [
+        sys.executable,
+        "-m",
+        "gateway.cli",
+        "serve",
+        "--rules",
+        str(_rules(out, hedge)),
+        "--port",
+        str(port),
+    ]
+    name = "gateway" if hedge else "gateway-nohedge"
+    run.services.append(Service(name, argv, cpus=None, nice=False, logdir=out, env=env))
+    url = f"http://127.0.0.1:{port}"
+    _wait(url + "/healthz")
+    return url
+
+
+def _body(target: Target, i: int, stream: bool) -> dict[str, Any]:
+    topic = TOPICS[i % len(TOPICS)]
+    body: dict[str, Any] = {
+        "model": target.model,
+        "messages": [{"role": "user", "content": f"Tell me about {topic} ({i})."}],
+        "max_tokens": 200,
+        "stream": stream,
+    }
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def _defect(text: str, finished: bool) -> str | None:
+    if any(t in text for t in LEAKS):
+        return "leak"
+    if find_loop_start(text, RepetitionSettings()) is not None:
+        return "loop"
+    if not finished:
+        return "cut"
+    return None
+
+
+async def _stream(resp: aiohttp.ClientResponse, s: Sample, t0: float) -> tuple[str, bool]:
+    parts: list[str] = []
+    finished = done = False
+    buf = b""
+    async for chunk in resp.content.iter_any():
+        buf += chunk
+        while b"\n\n" in buf:
+            event, buf = buf.split(b"\n\n", 1)
+            for line in event.split(b"\n"):
+                if not line.startswith(b"data: "):
+                    continue
+                data = line[6:]
+                if data == b"[DONE]":
+                    done = True
+                    continue
+                obj = json.loads(data)
+                if "error" in obj:
+                    s.error = "error_event"
+                    continue
+                if obj.get("usage"):
+                    s.tokens = int(obj["usage"].get("completion_tokens") or s.tokens)
+                for ch in obj.get("choices") or ():
+                    text = (ch.get("delta") or {}).get("content")
+                    if text:
+                        if s.ttft_s is None:
+                            s.ttft_s = time.perf_counter() - t0
+                        parts.append(text)
+                    finished = finished or bool(ch.get("finish_reason"))
+    if not s.tokens:
+        s.tokens = len(parts)
+    return "".join(parts), finished and done
+
+
+async def one(
+    session: aiohttp.ClientSession, target: Target, i: int, mode: str, clients: int, timeout: float
+) -> Sample:
+    stream = mode == "stream"
+    s = Sample(target.name, mode, clients, ok=False)
+    t0 = time.perf_counter()
+    url = target.url + "/v1/chat/completions"
+    try:
+        async with asyncio.timeout(timeout), session.post(url, json=_body(target, i, stream)) as r:
+            s.tier = r.headers.get("x-gateway-tier")
+            s.fallback = "x-gateway-fallback" in r.headers
+            s.hedge = "x-gateway-hedge" in r.headers
+            if r.status != 200:
+                s.error = f"http_{r.status}"
+                await r.read()
+                return s
+            if stream:
+                text, finished = await _stream(r, s, t0)
+            else:
+                obj = await r.json()
+                s.ttft_s = time.perf_counter() - t0
+                ch = obj["choices"][0]
+                text = ch["message"].get("content") or ""
+                finished = bool(ch.get("finish_reason"))
+                usage = obj.get("usage") or {}
+                s.tokens = int(usage.get("completion_tokens") or len(text.split()))
+    except TimeoutError:
+        s.error = "timeout"
+        return s
+    except (aiohttp.ClientError, ValueError, KeyError) as e:
+        s.error = type(e).__name__
+        return s
+    s.latency_s = time.perf_counter() - t0
+    s.defect = _defect(text, finished) if s.error is None else None
+    s.ok = s.error is None
+    return s
+
+
+async def cell(run: Run, mode: str, clients: int) -> None:
+    a = run.args
+    jobs = [(t, i) for i in range(a.requests) for t in run.targets]  # interleaved
+    queue: asyncio.Queue[tuple[Target, int]] = asyncio.Queue()
+    for j in jobs:
+        queue.put_nowait(j)
+    conn = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=conn) as session:
+
+        async def worker() -> None:
+            while not queue.empty():
+                target, i = queue.get_nowait()
+                run.samples.append(await one(session, target, i, mode, clients, a.timeout))
+
+        t0 = time.monotonic()
+        await asyncio.gather(*(worker() for _ in range(clients)))
+    log(f"{mode} c={clients}: {len(jobs)} requests in {time.monotonic() - t0:.1f}s")
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m evals headline", description=__doc__.split("\n")[0])
+    p.add_argument("--requests", type=int, default=48, help="per target and cell")
+    p.add_argument("--clients", default="1,8")
+    p.add_argument("--modes", default="stream,plain")
+    p.add_argument("--faults", default=DEFAULT_FAULTS, help="the fast sim's fault mix")
+    p.add_argument("--time-scale", type=float, default=1.0, help="sim wall s per model s")
+    p.add_argument("--engines", choices=("sim", "local"), default="sim")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--timeout", type=float, default=30.0, help="per request, seconds")
+    p.add_argument("--no-hedge-target", action="store_true", help="skip the hedging-off gateway")
+    p.add_argument("--out", type=Path, default=None)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse(argv)
+    out = a.out or default_out("headline")
+    out.mkdir(parents=True, exist_ok=True)
+    run = Run(a)
+    try:
+        urls = start_engines(run, out)
+        rules = yaml.safe_load((ROOT / "routing_rules.yaml").read_text())
+        models = {t: rules["tiers"][t]["model"] for t in ("highspeed", "standard")}
+        run.targets = [
+            Target("fast (raw)", urls["highspeed"], models["highspeed"]),
+            Target("standard (raw)", urls["standard"], models["standard"]),
+            Target("gateway", start_gateway(run, out, urls, hedge=True), "auto", gateway=True),
+        ]
+        if not a.no_hedge_target:
+            url = start_gateway(run, out, urls, hedge=False)
+            run.targets.append(Target("gateway, no hedging", url, "auto", gateway=True))
+        for mode in a.modes.split(","):
+            for clients in (int(c) for c in a.clients.split(",")):
+                asyncio.run(cell(run, mode, clients))
+    finally:
+        for s in run.services:
+            s.stop()
+    text = report(run.samples, [t.name for t in run.targets], a, out)
+    print(text)
+    log(f"results: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

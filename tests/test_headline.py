@@ -1,0 +1,44 @@
+"""``python -m evals headline`` end to end on the simulator pair (a tiny, fast run)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+
+def test_headline_runs_and_reports_every_target(tmp_path: Path) -> None:
+    argv = [
+        sys.executable,
+        "-m",
+        "evals",
+        "headline",
+        "--requests",
+        "3",
+        "--clients",
+        "2",
+        "--modes",
+        "stream,plain",
+        "--time-scale",
+        "0.05",
+        "--faults",
+        "loop=1.0",
+        "--out",
+        str(tmp_path),
+    ]
+    r = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr[-2000:]
+    raw = json.loads((tmp_path / "headline.json").read_text())
+    cells = raw["cells"]
+    assert set(cells) == {"stream c=2", "plain c=2"}
+    for by_target in cells.values():
+        assert set(by_target) == {"fast (raw)", "standard (raw)", "gateway", "gateway, no hedging"}
+        # every fast answer loops; the gateway delivers none of them
+        assert by_target["fast (raw)"]["defects"]["loop"] == 3
+        assert by_target["gateway"]["defects"] == {"loop": 0, "leak": 0, "cut": 0}
+        assert by_target["gateway"]["errors"] == 0
+    md = (tmp_path / "headline.md").read_text()
+    assert "| stream c=2 | gateway |" in md and "latency p99 <= standard's" in md
