@@ -23,7 +23,7 @@ def stats(samples: list[Any]) -> dict[str, Any]:
     tpot = [
         (s.latency_s - s.ttft_s) / (s.tokens - 1)
         for s in ok
-        if s.ttft_s is not None and s.tokens > 1
+        if s.mode == "stream" and s.ttft_s is not None and s.tokens > 1
     ]
     tps = [s.tokens / s.latency_s for s in ok if s.latency_s > 0]
     return {

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import sys
+import time
 import urllib.request
 from typing import Any
 
@@ -490,3 +491,42 @@ def test_dead_replica_leaves_rotation_within_a_probe_and_comes_back(
     finally:
         for p in (proc, a, b, st):
             p.stop()
+
+
+# --- time is the budget (through the real gateway and fake engines) ---------------------------
+
+
+def test_time_budgets_end_to_end(
+    engines: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A hung fast tier, a 3 s loop and a slow first token, non-streamed: the standard tier
+    answers in time, and the fast tier's generation is stopped."""
+    rules = rules_for_tests(ttft=1.0, total=10.0, stall=2.0)
+    rules["default"]["hedge_after"] = 0.3
+    proc, url = start_gateway(tmp_path_factory.mktemp("gw"), rules, engines)
+    try:
+        c = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=20)
+        cases = [
+            # the fast tier never answers: hedged at 0.3 s, answered by standard
+            ("[[highspeed: hang]]", 2.0, "x-gateway-hedge"),
+            # the fast tier's first token comes after 3 s: hedged, its request cancelled
+            ("[[highspeed: delay=3]]", 2.5, "x-gateway-hedge"),
+            # the fast tier loops for 3 s: seen while generated, dropped, standard answers
+            ("[[highspeed: loop; chunks=60; gap=0.05]]", 2.0, "x-gateway-fallback"),
+        ]
+        for directive, bound, header in cases:
+            reset(engines)
+            t0 = time.monotonic()
+            headers, resp = chat(c, f"q {directive}")
+            assert time.monotonic() - t0 < bound, directive
+            assert headers["x-gateway-tier"] == "standard", directive
+            assert header in headers, (directive, headers)
+            assert resp.choices[0].message.content == "Echo (standard): q"
+        assert _cancelled(engines["highspeed"]) >= 1  # the loop's stream was dropped
+    finally:
+        proc.stop()
+
+
+def _cancelled(base: str) -> int:
+    with urllib.request.urlopen(f"{base}/_cancelled", timeout=5) as r:
+        return int(json.loads(r.read())["cancelled"])
