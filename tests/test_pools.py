@@ -98,3 +98,22 @@ def test_a_closed_keep_alive_connection_is_not_an_upstream_failure(
             assert "x-gateway-fallback" not in headers
     finally:
         proc.stop()
+
+
+def test_half_open_circuit_lets_one_probe_through() -> None:
+    from gateway.upstream.pools import Circuit
+
+    c = Circuit(threshold=2, cooldown=10.0)
+    c.failure(0.0)
+    assert c.available(1.0)  # one failure: still closed
+    c.failure(1.0)
+    assert not c.available(5.0)  # open
+    assert c.available(11.0)  # half-open: a probe may go
+    c.begin(11.0)
+    assert not c.available(11.5)  # ... but only one
+    c.failure(12.0)
+    assert not c.available(15.0) and c.available(22.0)  # a failed probe re-opens it
+    c.begin(22.0)
+    assert c.available(32.5)  # a probe that never reported frees the way after a cooldown
+    c.success()
+    assert c.available(33.0) and not c.is_open

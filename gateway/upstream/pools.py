@@ -100,10 +100,21 @@ class Circuit:
     cooldown: float
     failures: int = 0
     opened_at: float | None = None
+    probe_at: float | None = None  # half-open: when the one probe went out
 
     def available(self, now: float) -> bool:
-        # after the cooldown the circuit is half-open: traffic may probe it again
-        return self.opened_at is None or now - self.opened_at >= self.cooldown
+        """Closed; or open past its cooldown (half-open) with no probe out: one request may
+        probe it. A probe that never reports (cancelled) frees the way after a cooldown."""
+        if self.opened_at is None:
+            return True
+        if now - self.opened_at < self.cooldown:
+            return False
+        return self.probe_at is None or now - self.probe_at >= self.cooldown
+
+    def begin(self, now: float) -> None:
+        """An attempt starts on this tier: on a half-open circuit, it is the probe."""
+        if self.opened_at is not None and self.available(now):
+            self.probe_at = now
 
     @property
     def is_open(self) -> bool:
@@ -111,12 +122,12 @@ class Circuit:
 
     def success(self) -> None:
         self.failures = 0
-        self.opened_at = None
+        self.opened_at = self.probe_at = None
 
     def failure(self, now: float) -> None:
         self.failures += 1
-        if self.failures >= self.threshold:
-            self.opened_at = now
+        if self.probe_at is not None or self.failures >= self.threshold:
+            self.opened_at, self.probe_at = now, None  # a failed probe: open again
 
 
 @dataclass(slots=True)
@@ -213,6 +224,7 @@ class Pool:
         self, rep: Replica, path: str, body: bytes, limits: Timeouts, stream: bool = True
     ) -> UpstreamStream:
         """POST to one replica; the open 200 answer. A refused connection marks it down."""
+        self.circuit.begin(time.monotonic())
         try:
             return await self.transport.open(rep.url + path, body, limits, stream)
         except AttemptError as e:
