@@ -351,6 +351,22 @@ def test_concurrency_limit(replicas: list[str], admins: list[str]) -> None:
     assert until(lambda: chat(replicas[1], key)[0] == 200, timeout=2.0)
 
 
+def test_a_client_that_leaves_frees_its_slot(replicas: list[str], admins: list[str]) -> None:
+    _, _, key = new_tenant(admins[0], {"max_concurrent_requests": 1})
+    body = json.dumps(
+        {"model": "auto", "messages": [{"role": "user", "content": "[[*: delay=1.5]]"}]}
+    ).encode()
+    req = urllib.request.Request(
+        f"{replicas[0]}/v1/chat/completions",
+        data=body,
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"},
+    )
+    with pytest.raises(OSError):  # the client gives up while the engine is still thinking
+        urllib.request.urlopen(req, timeout=0.3)
+    # the slot comes back when the gateway sees the client gone, not at its expiry
+    assert until(lambda: chat(replicas[1], key)[0] == 200, timeout=3.0)
+
+
 def test_usage_by_tier_and_fallback_reason(replicas: list[str], admins: list[str]) -> None:
     tid, _, key = new_tenant(admins[0])
     chat(replicas[0], key)

@@ -93,7 +93,15 @@ async def _serve(
         _account(gw, ex)
         headers = {H_REQUEST_ID: ex.rid, **ex.headers()}
         return web.Response(status=ex.status, body=e.body, content_type=JSON, headers=headers)
+    except BaseException as e:  # a bug, or the client left: the slot is released all the same
+        ex.status, ex.error = (499, "client_closed") if _cancelled(e) else (500, "internal_error")
+        _account(gw, ex)
+        raise
     return _answer(gw, rt, ex, req, out)
+
+
+def _cancelled(e: BaseException) -> bool:
+    return isinstance(e, asyncio.CancelledError | ConnectionResetError)
 
 
 def _failed(gw: Gateway, ex: Exchange, e: GatewayError) -> web.Response:
@@ -188,6 +196,7 @@ def _maybe_shadow(
 def _account(gw: Gateway, ex: Exchange) -> None:
     """Free the concurrency slot and count the usage, after the answer (tenants only)."""
     eff, slot = ex.eff, ex.slot
+    ex.slot = None  # once: every exit path calls this
     if slot is not None and eff is not None and eff.tenant_id is not None:
         reason = ex.trail.fallback_kind if ex.trail is not None else ex.error
         gw.spawn(gw.access.done(eff, slot, ex.tier, ex.usage, reason))
