@@ -175,7 +175,7 @@ def test_loop_is_continued_from_before_the_loop(gateway: str, engines: dict[str,
     # what the client could not get back: some copies of the looping sentence, nothing else
     # (the loop may be found to start one char early, at the space it shares with the text)
     assert looped.replace("I will repeat this sentence again. ", "").strip() == ""
-    assert 0 < looped.count("I will repeat") <= 12
+    assert 0 < looped.count("I will repeat") <= 4  # held back from the second copy on
     assert comments[-1].startswith(": x-gateway-fallback highspeed:check_repetition")
     prefix = engine_requests(engines["standard"])[-1]["messages"][-1]["content"]
     assert prefix in (clean, clean.rstrip())

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from gateway.dispatch.call import Call
 from gateway.dispatch.continuation import Continuer
+from gateway.dispatch.loopguard import LoopGuard
 from gateway.dispatch.opening import StreamStart
 from gateway.dispatch.outcome import Failure, Trail, describe_fallback
 from gateway.dispatch.splice import DONE, Splice
@@ -31,6 +32,8 @@ from gateway.errors import GatewayError, StreamBroken, error_body
 from gateway.headers import H_FALLBACK
 from gateway.upstream.sse import StreamState, data_payloads
 from gateway.upstream.transport import AttemptError
+
+_LOOP = "the text repeats one unit (held back, not sent)"
 
 
 class Sink(Protocol):
@@ -72,6 +75,7 @@ class StreamRelay:
         self.broken = False  # it ended with an error event
         self._active: StreamStart | None = start  # the upstream stream being relayed
         self._splice: Splice | None = None
+        self._guard = LoopGuard() if "repetition" in call.d.checks else None
         self._last: StreamState = start.state
 
     @property
@@ -119,6 +123,7 @@ class StreamRelay:
         if not (live or splice is not None or self._can_continue()):
             await self._passthrough(s, sink)
             return
+        guard, held = self._guard, b""
         with _as_broken():
             while chunk := await s.up.read():
                 complete, payloads = s.framer.feed(chunk)
@@ -127,11 +132,21 @@ class StreamRelay:
                 bad = live.maybe_run(state)
                 if bad is not None:
                     raise _Broken(f"check_{bad.check}", bad.reason, upstream_fault=False)
-                if complete:
-                    out = splice.rewrite(payloads) if splice is not None else complete
-                    if out:
-                        await sink.write(out)
-                    self._mark_sent(state)
+                if not complete:
+                    continue
+                out = splice.rewrite(payloads) if splice is not None else complete
+                if guard is not None and guard.update(state):  # a candidate loop: hold it
+                    if guard.confirmed(state):
+                        raise _Broken("check_repetition", _LOOP, upstream_fault=False)
+                    held += out
+                    continue
+                if held + out:
+                    await sink.write(held + out)
+                held = b""
+                self._mark_sent(state)
+        if held:  # repetitive, but it ended: not a loop
+            await sink.write(held)
+            self._mark_sent(state)
         self._finish_or_cut(state)
         if state.eof_done:
             await sink.write(DONE)
@@ -180,6 +195,8 @@ class StreamRelay:
         prefix = text[: self.sent_chars]
         if b.kind == "check_repetition":
             loop = self._cont.loop_start(state)
+            if self._guard is not None and self._guard.period:
+                loop = min(loop if loop is not None else self._guard.start, self._guard.start)
             if loop is not None:
                 prefix = text[: min(loop, self.sent_chars)]
         try:
@@ -190,6 +207,8 @@ class StreamRelay:
             )
             return
         self._active, self._last = nxt, nxt.state
+        if self._guard is not None:
+            self._guard = LoopGuard()  # the continuation's own text
         self._splice = Splice(state, prefix, self.sent_tokens, self._client_wants_usage())
         head = self._splice.rewrite(data_payloads(nxt.head))
         if head:
