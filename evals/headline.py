@@ -36,7 +36,9 @@ from typing import Any
 import aiohttp
 import yaml
 
+from evals.bench.common import free_port
 from evals.bench.procs import Service, log
+from evals.bench.proxy import wait_ready
 from evals.headline_report import report
 from evals.report_util import ROOT, default_out
 from gateway.checks.repetition import find_loop_start
@@ -79,28 +81,6 @@ class Run:
     services: list[Any] = field(default_factory=list)  # Service or LocalEngines
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait(url: str, timeout: float = 60.0) -> None:
-    import urllib.request
-
-    until = time.monotonic() + timeout
-    while time.monotonic() < until:
-        try:
-            with urllib.request.urlopen(url, timeout=1) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"{url} did not answer within {timeout:.0f}s")
-
-
 def _rules(out: Path, hedge: bool) -> Path:
     data = yaml.safe_load((ROOT / "routing_rules.yaml").read_text())
     if not hedge:
@@ -118,12 +98,12 @@ def start_engines(run: Run, out: Path) -> dict[str, str]:
         from gateway.ops.local import LocalEngines
 
         engines = LocalEngines(out)
-        ports = {"highspeed": _free_port(), "standard": _free_port()}
+        ports = {"highspeed": free_port(), "standard": free_port()}
         engines.start(list(ports.items()))
         run.services.append(engines)
         return {t: f"http://127.0.0.1:{p}" for t, p in ports.items()}
     for tier in ("highspeed", "standard"):
-        port = _free_port()
+        port = free_port()
         argv = [
             sys.executable,
             "-m",
@@ -140,15 +120,16 @@ def start_engines(run: Run, out: Path) -> dict[str, str]:
         if tier == "highspeed":
             for f in filter(None, a.faults.split(",")):
                 argv += ["--fault", f]
-        run.services.append(Service(f"sim-{tier}", argv, cpus=None, nice=False, logdir=out))
+        service = Service(f"sim-{tier}", argv, cpus=None, nice=False, logdir=out)
+        run.services.append(service)
         urls[tier] = f"http://127.0.0.1:{port}"
-        _wait(urls[tier] + "/health")
+        wait_ready(urls[tier] + "/health", service)
     return urls
 
 
 def start_gateway(run: Run, out: Path, urls: dict[str, str], hedge: bool) -> str:
-    port = _free_port()
-    env = {**os.environ, "GATEWAY_LOCAL_ENGINES": "off", "GATEWAY_ADMIN_PORT": str(_free_port())}
+    port = free_port()
+    env = {**os.environ, "GATEWAY_LOCAL_ENGINES": "off", "GATEWAY_ADMIN_PORT": str(free_port())}
     env.update({f"GATEWAY_POOL_{t.upper()}_URLS": u for t, u in urls.items()})
     argv = [
         sys.executable,
@@ -161,9 +142,10 @@ def start_gateway(run: Run, out: Path, urls: dict[str, str], hedge: bool) -> str
         str(port),
     ]
     name = "gateway" if hedge else "gateway-nohedge"
-    run.services.append(Service(name, argv, cpus=None, nice=False, logdir=out, env=env))
+    service = Service(name, argv, cpus=None, nice=False, logdir=out, env=env)
+    run.services.append(service)
     url = f"http://127.0.0.1:{port}"
-    _wait(url + "/healthz")
+    wait_ready(url + "/healthz", service)
     return url
 
 

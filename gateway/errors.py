@@ -7,7 +7,9 @@ Every error a client can see is a ``GatewayError``; the api layer turns it into
     GatewayError                  (status, type, code)
     ├── BadRequest                400 invalid_request_error
     │   ├── InvalidJSON           400 invalid_request_error / invalid_json
-    │   └── InvalidField          400 invalid_request_error / invalid_type, ...
+    │   ├── InvalidField          400 invalid_request_error / invalid_type, ...
+    │   ├── InvalidBody           400 invalid_request_error / invalid_body (corrupt gzip ...)
+    │   └── BodyTimeout           408 invalid_request_error / body_timeout
     ├── Unauthorized              401 authentication_error / invalid_api_key
     ├── PermissionDenied          403 permission_error / tier_not_allowed, admin_only
     ├── NotFound                  404 invalid_request_error / not_found
@@ -39,12 +41,21 @@ class GatewayError(Exception):
     type = "api_error"
     code: str | None = "internal_error"
 
-    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        status: int | None = None,
+    ):
         super().__init__(message)
         self.message = message
         self.param = param
         if code is not None:
             self.code = code
+        if status is not None:  # an HTTP-layer 4xx without a class of its own
+            self.status = status
 
 
 class BadRequest(GatewayError):
@@ -59,6 +70,15 @@ class InvalidJSON(BadRequest):
 
 class InvalidField(BadRequest):
     code = "invalid_type"
+
+
+class InvalidBody(BadRequest):
+    code = "invalid_body"
+
+
+class BodyTimeout(BadRequest):
+    status = 408
+    code = "body_timeout"
 
 
 class Unauthorized(GatewayError):
@@ -106,8 +126,8 @@ class Unprocessable(GatewayError):
     type = "invalid_request_error"
     code = "invalid_rules"
 
-    def __init__(self, message: str, errors: list[str], **kw: str | None):
-        super().__init__(message, **kw)
+    def __init__(self, message: str, errors: list[str], code: str | None = None):
+        super().__init__(message, code=code)
         self.errors = errors
 
 

@@ -76,6 +76,7 @@ class Rig:
         text: str = "Tell me about tea.",
         stream: bool = False,
         deadline: float = 5.0,
+        headers: dict[str, str] | None = None,
         **body: Any,
     ) -> Call:
         raw = orjson.dumps(
@@ -87,7 +88,8 @@ class Rig:
             }
         )
         req = parse_chat(raw)
-        d = Router(self.rules).decide(Classifier(self.rules).classify(req, {}), {}, OPEN)
+        cls = Classifier(self.rules).classify(req, headers or {})
+        d = Router(self.rules).decide(cls, {}, OPEN)
         return self.dispatcher.call(req, d, time.monotonic() + deadline)
 
     def calls(self, tier: str) -> list[dict[str, Any]]:
@@ -404,3 +406,24 @@ async def test_a_live_loop_reaches_the_client_at_most_twice() -> None:
     assert sink.text().endswith("good.") and relay.tier == "standard"
     # from before the loop (it may start at the space it shares with the text)
     assert rig.calls("standard")[0]["messages"][-1]["content"] in ("Green tea is ", "Green tea is")
+
+
+@pytest.mark.parametrize(
+    ("done", "finish", "ends_in_error"),
+    [(True, "stop", False), (False, "stop", False), (False, None, True)],
+    ids=["done", "finish-without-done", "cut"],
+)
+@aio
+async def test_passthrough_stream_endings(
+    done: bool, finish: str | None, ends_in_error: bool
+) -> None:
+    # batch SLA -> the standard tier alone, checks [non_empty]: bytes relayed unparsed
+    std = Reply(chunks=events(["Fine ", "answer."], finish=finish, done=done))
+    rig = Rig(by_tier(highspeed=OK_FAST, standard=std))
+    relay = await rig.dispatcher.stream(rig.call(stream=True, headers={"x-gateway-sla": "batch"}))
+    assert relay.tier == "standard" and not relay.start.live
+    sink = Sink()
+    await relay.run(sink)
+    assert sink.data.count(b"data: [DONE]") == 1
+    assert relay.broken is ends_in_error
+    assert sink.text() == "Fine answer."

@@ -105,8 +105,7 @@ async def _http_error(request: Request, e: HTTPException) -> Response:
     elif e.status_code == 413:
         err = PayloadTooLarge(str(e.detail))
     else:
-        err = BadRequest(str(e.detail))
-        err.status = e.status_code
+        err = BadRequest(str(e.detail), status=e.status_code)
     return error_response(err, headers)
 
 

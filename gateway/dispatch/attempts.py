@@ -38,7 +38,7 @@ from gateway.checks.settings import RepetitionSettings
 from gateway.core.request import ClientRequest
 from gateway.core.router import RouteDecision
 from gateway.core.rules import Dispatch
-from gateway.dispatch.budget import TTFT, LatencyBook, reserve
+from gateway.dispatch.budget import Kind, LatencyBook, reserve
 from gateway.dispatch.call import Call
 from gateway.dispatch.complete import Completer
 from gateway.dispatch.continuation import Continuer
@@ -48,7 +48,7 @@ from gateway.dispatch.outcome import Failure, Outcome, Trail
 from gateway.dispatch.relay import StreamRelay
 from gateway.errors import UpstreamFailed, UpstreamTimeout
 from gateway.ops.telemetry import Telemetry
-from gateway.upstream.pools import Pool, Pools
+from gateway.upstream.pools import Pools
 from gateway.upstream.transport import AttemptError
 
 T = TypeVar("T")
@@ -109,7 +109,8 @@ class Dispatcher:
 
         async def attempt(tier: str, how: Opening) -> Any:
             pool = self._pools[tier]
-            return await self._opener.open(call, pool, self.body(call.req, pool), how, trail)
+            body = orjson.dumps(call.body_for(pool))
+            return await self._opener.open(call, pool, body, how, trail)
 
         tier, start = await self._run(call, call.d.tiers, attempt, trail)
         cont = Continuer(call, self._pools, self._opener, self._run, self._repetition)
@@ -144,17 +145,17 @@ class Dispatcher:
     def _hedge_delay(self, setting: float | str | None, tier: str) -> float:
         if isinstance(setting, float | int):
             return float(setting)
-        seen = self.book.p90(tier + TTFT, True)  # "auto"
+        seen = self.book.p90(tier, "ttft")  # "auto"
         return 1.0 if seen is None else min(2.0, max(0.05, 3.0 * seen))
 
     def _how(self, call: Call, tiers: tuple[str, ...], tier: str, hedge: bool = False) -> Opening:
         """The attempt's limits: the deadline minus what the tiers after it need."""
         later = tiers[tiers.index(tier) + 1 :]
-        until = call.deadline_at - reserve(
-            self.book, later, call.req.stream, self._cfg.reserve_floor
-        )
+        kind: Kind = "stream" if call.req.stream else "answer"
+        until = call.deadline_at - reserve(self.book, later, kind, self._cfg.reserve_floor)
         token = asyncio.Event() if hedge else None
-        return Opening(self._hold(call, tier), until, not later, call.req.stream, False, token)
+        deliver = not later and call.d.on_last_failure == "deliver"
+        return Opening(self._hold(call, tier), until, deliver, call.req.stream, False, token)
 
     async def _hedged(
         self, call: Call, tiers: tuple[str, ...], attempt: Attempt[T], trail: Trail
@@ -225,7 +226,7 @@ class Dispatcher:
                 log.info("attempt on %s failed: %s (%s)", tier, e.kind, e.detail)
                 raise
         trail.ok_attempt_s = time.perf_counter() - t0
-        self.book.add(tier, how.stream, trail.ok_attempt_s)
+        self.book.add(tier, "stream" if how.stream else "answer", trail.ok_attempt_s)
         return value
 
     def _hold(self, call: Call, tier: str) -> int:
@@ -237,13 +238,6 @@ class Dispatcher:
         if call.d.hold_back or facts.tools or facts.json_schema or not call.can_be_continued():
             return self._pools[tier].tier.stream.hold_back_tokens
         return 0
-
-    @staticmethod
-    def body(req: ClientRequest, pool: Pool) -> bytes:
-        """The client's body for this tier: its model, and its defaults where the client set
-        none (the client's own dict is never changed)."""
-        defaults = pool.tier.request_defaults
-        return orjson.dumps({**defaults, **req.body, "model": pool.model})
 
     @staticmethod
     def _give_up(last: AttemptError, trail: Trail) -> Exception:

@@ -10,22 +10,25 @@ given up in time for the standard tier to answer, whatever the fast tier's own t
 from __future__ import annotations
 
 from collections import deque
+from typing import Literal
 
-TTFT = "#ttft"  # suffix of a tier's time-to-first-token samples (any request)
+Kind = Literal["ttft", "stream", "answer"]
+"""What a sample times: the first token of any attempt; a streamed attempt (first token and
+hold-back); a whole non-streamed answer."""
 
 
 class LatencyBook:
-    """Recent successful attempt times per (tier, streamed), and their 90th percentile."""
+    """Recent successful times per (tier, kind), and their 90th percentile."""
 
     __slots__ = ("_p90", "_samples", "_size")
 
     def __init__(self, size: int = 64):
         self._size = size
-        self._samples: dict[tuple[str, bool], deque[float]] = {}
-        self._p90: dict[tuple[str, bool], float] = {}
+        self._samples: dict[tuple[str, Kind], deque[float]] = {}
+        self._p90: dict[tuple[str, Kind], float] = {}
 
-    def add(self, tier: str, stream: bool, seconds: float) -> None:
-        key = (tier, stream)
+    def add(self, tier: str, kind: Kind, seconds: float) -> None:
+        key = (tier, kind)
         q = self._samples.get(key)
         if q is None:
             q = self._samples[key] = deque(maxlen=self._size)
@@ -34,13 +37,13 @@ class LatencyBook:
             ordered = sorted(q)
             self._p90[key] = ordered[min(len(ordered) - 1, int(len(ordered) * 0.9))]
 
-    def p90(self, tier: str, stream: bool) -> float | None:
-        return self._p90.get((tier, stream))
+    def p90(self, tier: str, kind: Kind) -> float | None:
+        return self._p90.get((tier, kind))
 
 
-def reserve(book: LatencyBook, later: tuple[str, ...], stream: bool, floor: float) -> float:
+def reserve(book: LatencyBook, later: tuple[str, ...], kind: Kind, floor: float) -> float:
     """Seconds to keep for the tiers after this one (the first of them, at least)."""
     if not later:
         return 0.0
-    seen = book.p90(later[0], stream)
+    seen = book.p90(later[0], kind)
     return max(floor, 2.0 * seen) if seen is not None else floor

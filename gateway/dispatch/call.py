@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
 from gateway.checks.base import Check
 from gateway.core.request import ClientRequest
 from gateway.core.router import RouteDecision
+from gateway.upstream.pools import Pool
 
 PATHS = MappingProxyType({"chat": "/v1/chat/completions", "completions": "/v1/completions"})
 
@@ -26,6 +28,11 @@ class Call:
     @property
     def affinity(self) -> int:
         return self.req.affinity
+
+    def body_for(self, pool: Pool, **fields: Any) -> dict[str, Any]:
+        """The client's body for ``pool``'s tier: its model, its defaults where the client set
+        none, and ``fields`` on top. A new dict: the client's own is never changed."""
+        return {**pool.tier.request_defaults, **self.req.body, "model": pool.model, **fields}
 
     def can_be_continued(self) -> bool:
         """Whether a stream of this request could be continued on another tier at all."""

@@ -36,9 +36,7 @@ class Completer:
     async def complete(self, call: Call, pool: Pool, how: Opening, trail: Trail) -> Answer:
         if not pool.tier.upstream_stream:
             return await self._plain(call, pool, how, trail)
-        body = {**pool.tier.request_defaults, **call.req.body, "model": pool.model}
-        body["stream"] = True
-        body["stream_options"] = {"include_usage": True}
+        body = call.body_for(pool, stream=True, stream_options={"include_usage": True})
         how = replace(how, assemble=True)
         s = await self._opener.open(call, pool, orjson.dumps(body), how, trail)
         t0 = time.perf_counter()
@@ -65,7 +63,7 @@ class Completer:
                     await pull(s)
                     bad = s.live.maybe_run(s.state)
                     if bad is not None and s.checks_failed is None:
-                        if not how.last or call.d.on_last_failure != "deliver":
+                        if not how.deliver:
                             raise AttemptError(f"check_{bad.check}", bad.reason)
                         s.checks_failed = bad
         except TimeoutError:
@@ -91,13 +89,13 @@ class Completer:
             bad = failed or self._tel.run_checks(call.checks, out, call.req.facts)
             if bad is None:
                 continue
-            if not how.last or call.d.on_last_failure != "deliver":
+            if not how.deliver:
                 raise AttemptError(f"check_{bad.check}", bad.reason)
             trail.checks_failed = bad.check
             return
 
     async def _plain(self, call: Call, pool: Pool, how: Opening, trail: Trail) -> Answer:
-        body = orjson.dumps({**pool.tier.request_defaults, **call.req.body, "model": pool.model})
+        body = orjson.dumps(call.body_for(pool))
         rep = pool.choose(call.affinity)
         rep.in_flight += 1
         t0 = time.perf_counter()

@@ -38,7 +38,7 @@ def continuation_body(call: Call, pool: Pool, prefix: str, sent_tokens: int) -> 
     if style == "off" or not pool.continues:
         return None
     req = call.req
-    body = {**pool.tier.request_defaults, **req.body, "model": pool.model}
+    body = call.body_for(pool)
     if req.kind == "chat":
         body["messages"] = [*req.body["messages"], {"role": "assistant", "content": prefix}]
         if style.startswith("continue_final_message"):

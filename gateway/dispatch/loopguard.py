@@ -35,14 +35,14 @@ class LoopGuard:
         if state.chars == self.checked:
             return self.period > 0
         new, self.checked = state.chars - self.checked, state.chars
-        t = state.tail(_WINDOW + new)
         p = self.period
-        if p:
+        if p:  # holding: only the new text needs a look
+            t = state.tail(new + p)
             m = min(new, len(t) - p)
             if m > 0 and t[-m:] == t[-m - p : -p]:
                 return True
             self.period = 0  # the period broke: release
-        return self._detect(t, state.chars)
+        return self._detect(state.tail(_WINDOW + new), state.chars)
 
     def _detect(self, t: str, chars: int) -> bool:
         if len(t) < 2 * MIN_UNIT:

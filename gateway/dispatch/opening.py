@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 
 from gateway.checks.base import CheckResult
-from gateway.dispatch.budget import TTFT, LatencyBook
+from gateway.dispatch.budget import LatencyBook
 from gateway.dispatch.call import Call
 from gateway.dispatch.live import LiveChecks
 from gateway.dispatch.outcome import Trail
@@ -29,7 +29,7 @@ class Opening:
 
     hold_tokens: int  # 0: no hold-back window
     until: float  # monotonic: the attempt must be over by then (leaves the next tier time)
-    last: bool  # the last tier: a failed check is delivered, not raised (per rule)
+    deliver: bool  # the last tier, and the rule delivers an answer that failed a check
     stream: bool = True  # the client asked for a stream (latency is then time to first token)
     assemble: bool = False  # keep every event, to assemble a non-streamed answer
     first_token: asyncio.Event | None = None  # set when the first token arrived (hedging)
@@ -85,14 +85,14 @@ class StreamOpener:
             async with asyncio.timeout(ttft):
                 s.up = await pool.open(rep, call.path, body, pool.limits(remaining, stream=True))
                 await _first_token(s)
-            self._book.add(pool.name + TTFT, True, time.perf_counter() - t0)
+            self._book.add(pool.name, "ttft", time.perf_counter() - t0)
             if how.first_token is not None:
                 how.first_token.set()
             bad = s.live.maybe_run(s.state)  # nothing goes out unchecked
             if bad is None and how.hold_tokens:
                 bad = await self._hold_back(call, s, how.hold_tokens, cfg.hold_back_ms)
             if bad is not None:
-                if not how.last or call.d.on_last_failure != "deliver":
+                if not how.deliver:
                     raise AttemptError(f"check_{bad.check}", bad.reason)
                 s.checks_failed = bad
         except TimeoutError:
@@ -170,7 +170,7 @@ async def pull(s: StreamStart) -> bool:
     token = False
     for p in payloads:
         token = s.state.feed(p) or token
-    if complete:
+    if complete and s.state.events is None:  # assembling: nothing is relayed, keep no bytes
         s.head += complete
     return token
 

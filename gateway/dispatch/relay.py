@@ -154,17 +154,20 @@ class StreamRelay:
     async def _passthrough(self, s: StreamStart, sink: Sink) -> None:
         if s.framer.pending:
             await sink.write(s.framer.pending)
-        tail = b""
+        prev = last = b""
         with _as_broken():
             while chunk := await s.up.read():
                 await sink.write(chunk)
-                tail = (tail + chunk)[-4096:]
+                prev, last = last, chunk
+        tail = prev + last
         if b"[DONE]" in tail[-64:] or s.state.done:
             s.state.done = True
             return
+        ending = StreamState(s.state.chat)  # the last events: did it finish without [DONE]?
         for p in data_payloads(tail):
             with contextlib.suppress(AttemptError):
-                s.state.feed(p)
+                ending.feed(p)
+        s.state.finish_reason = s.state.finish_reason or ending.finish_reason
         self._finish_or_cut(s.state)
         await sink.write(DONE)
 

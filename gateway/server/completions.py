@@ -22,8 +22,9 @@ from gateway.core.request import ClientRequest, parse_chat, parse_completion
 from gateway.dispatch.outcome import Outcome
 from gateway.dispatch.relay import StreamRelay
 from gateway.errors import (
-    BadRequest,
+    BodyTimeout,
     GatewayError,
+    InvalidBody,
     PayloadTooLarge,
     RateLimited,
     StreamBroken,
@@ -222,7 +223,7 @@ async def read_body(request: web.Request, settings: Settings) -> bytes:
         raise PayloadTooLarge(f"The request body is over the limit of {limit} bytes.") from None
     except TimeoutError:
         msg = f"The request body did not arrive within {settings.body_timeout:.0f}s."
-        raise _bad(msg, 408) from None
+        raise BodyTimeout(msg) from None
     return raw if enc in ("", "identity") else _decompress(raw, enc, limit)
 
 
@@ -239,10 +240,4 @@ def _decompress(raw: bytes, enc: str, limit: int) -> bytes:
             raise PayloadTooLarge(f"The decompressed request body is over {limit} bytes.")
         if d.eof:
             return out
-    raise _bad(f"The request body is not valid {enc} data.", 400)
-
-
-def _bad(message: str, status: int) -> GatewayError:
-    err = BadRequest(message, code="invalid_body" if status == 400 else "body_timeout")
-    err.status = status
-    return err
+    raise InvalidBody(f"The request body is not valid {enc} data.")

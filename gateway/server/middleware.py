@@ -39,7 +39,5 @@ def _from_http(e: web.HTTPException) -> GatewayError:
     if e.status == 413:
         return PayloadTooLarge(e.text or "The request body is too large.")
     if 400 <= e.status < 500:
-        err = BadRequest(e.reason or "Bad request.")
-        err.status = e.status
-        return err
+        return BadRequest(e.reason or "Bad request.", status=e.status)
     return InternalError(e.reason or "Internal error.")

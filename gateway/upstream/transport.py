@@ -126,10 +126,11 @@ class JsonAsStream:
     async def read(self) -> bytes:
         if self._done:
             return b""
-        parts = []
+        parts, size = [], 0
         while chunk := await self._inner.read():
             parts.append(chunk)
-            if sum(map(len, parts)) > MAX_JSON_ANSWER:
+            size += len(chunk)
+            if size > MAX_JSON_ANSWER:
                 raise AttemptError("bad_body", "the answer is over the size limit")
         self._done = True
         return json_as_events(b"".join(parts))
