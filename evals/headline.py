@@ -40,9 +40,10 @@ from evals.bench.common import free_port
 from evals.bench.procs import Service, log
 from evals.bench.proxy import wait_ready
 from evals.headline_report import report
-from evals.report_util import ROOT, default_out
+from evals.report_util import default_out
 from gateway.checks.repetition import find_loop_start
 from gateway.checks.settings import RepetitionSettings
+from gateway.settings import REPO_RULES
 
 DEFAULT_FAULTS = "loop=0.05,slow_ttft=0.03,hang=0.01,cut=0.01,leak=0.01"
 LEAKS = ("<|im_end|>", "<|im_start|>", "<|endoftext|>", "<|eot_id|>")
@@ -82,7 +83,7 @@ class Run:
 
 
 def _rules(out: Path, hedge: bool) -> Path:
-    data = yaml.safe_load((ROOT / "routing_rules.yaml").read_text())
+    data = yaml.safe_load(REPO_RULES.read_text())
     if not hedge:
         for route in (data["default"], *data["rules"]):
             route.pop("hedge_after", None)
@@ -284,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     run = Run(a)
     try:
         urls = start_engines(run, out)
-        rules = yaml.safe_load((ROOT / "routing_rules.yaml").read_text())
+        rules = yaml.safe_load(REPO_RULES.read_text())
         models = {t: rules["tiers"][t]["model"] for t in ("highspeed", "standard")}
         run.targets = [
             Target("fast (raw)", urls["highspeed"], models["highspeed"]),

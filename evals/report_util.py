@@ -27,8 +27,10 @@ def utc_stamp() -> str:
 
 
 def default_out(kind: str) -> Path:
-    """``results/<kind>-<UTC stamp>/`` under the repository root."""
-    return ROOT / "results" / f"{kind}-{utc_stamp()}"
+    """``results/<kind>-<UTC stamp>/`` under the repository root (an installed package: under
+    the working directory)."""
+    base = ROOT if (ROOT / "pyproject.toml").is_file() else Path.cwd()
+    return base / "results" / f"{kind}-{utc_stamp()}"
 
 
 def shown_path(path: Path) -> str:

@@ -16,7 +16,14 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 _POOL_ENV = re.compile(r"^GATEWAY_POOL_([A-Z0-9_]+)_URLS$")
-REPO_RULES = Path(__file__).resolve().parent.parent / "routing_rules.yaml"
+# the repository's rules; an installed package carries a copy (gateway/routing_rules.yaml is a
+# link to it in the repository, a file in a wheel)
+_HERE = Path(__file__).resolve().parent
+REPO_RULES = (
+    _HERE.parent / "routing_rules.yaml"
+    if (_HERE.parent / "routing_rules.yaml").is_file()
+    else _HERE / "routing_rules.yaml"
+)
 
 
 class Settings(BaseSettings):

@@ -41,6 +41,7 @@ from gateway.core.classify import Classifier
 from gateway.core.request import ClientRequest, parse_chat
 from gateway.core.router import RouteDecision, Router
 from gateway.core.rules import load_rules
+from gateway.settings import REPO_RULES
 
 ROOT = Path(__file__).resolve().parents[2]
 CLASSIFY_ROUTE_TARGET_US = 50.0
@@ -198,7 +199,7 @@ def render(timings: list[Timing]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m evals.bench.micro",
                                  description=__doc__.split("\n")[0])
-    ap.add_argument("--rules", type=Path, default=ROOT / "routing_rules.yaml")
+    ap.add_argument("--rules", type=Path, default=REPO_RULES)
     ap.add_argument("--repeat", type=int, default=7, help="timeit repeats per figure")
     ap.add_argument("--cpu", type=int, default=None, help="pin this process to one CPU")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")

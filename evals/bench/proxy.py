@@ -55,6 +55,7 @@ from evals.bench import report
 from evals.bench.common import CHAT_PATH, chat_body, free_port
 from evals.bench.procs import ROOT, Service, log, run_json
 from evals.bench.sysstat import machine_busy_pct, measured
+from gateway.settings import REPO_RULES
 
 TARGETS = ("direct", "relay", "gateway")
 GATEWAY_LOADGEN_ARGS = ("--expect-header", "x-gateway-tier=highspeed",
@@ -320,7 +321,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--max-requests", type=int, default=2_000_000, help="hard cap per run")
     ap.add_argument("--max-server-s", type=float, default=3600.0,
                     help="helper servers exit by themselves after this long")
-    ap.add_argument("--rules", type=Path, default=ROOT / "routing_rules.yaml")
+    ap.add_argument("--rules", type=Path, default=REPO_RULES)
     ap.add_argument("--gateway-env", action="append", default=[], metavar="KEY=VALUE",
                     help="extra environment for the gateway, e.g. GATEWAY_ACCESS_LOG=false")
     ap.add_argument("--out", type=Path, default=None,

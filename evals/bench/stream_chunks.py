@@ -25,8 +25,9 @@ from pathlib import Path
 
 from evals.bench.common import chat_body, free_port, run
 from evals.bench.loadgen import Expect, load
-from evals.bench.procs import ROOT, Service
+from evals.bench.procs import Service
 from evals.bench.proxy import wait_ready
+from gateway.settings import REPO_RULES
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -52,7 +53,7 @@ def gateway(up: str, logdir: Path) -> tuple[Service, str]:
     env = {**os.environ, "GATEWAY_POOL_HIGHSPEED_URLS": up, "GATEWAY_POOL_STANDARD_URLS": up,
            "GATEWAY_ACCESS_LOG": "false", "GATEWAY_LOCAL_ENGINES": "off"}
     svc = Service("gateway", [sys.executable, "-m", "gateway.cli", "serve", "--rules",
-                              str(ROOT / "routing_rules.yaml"), "--port", str(port)],
+                              str(REPO_RULES), "--port", str(port)],
                   cpus="0", nice=False, logdir=logdir, env=env)
     url = f"http://127.0.0.1:{port}"
     wait_ready(f"{url}/healthz", svc)
