@@ -427,3 +427,12 @@ async def test_passthrough_stream_endings(
     assert sink.data.count(b"data: [DONE]") == 1
     assert relay.broken is ends_in_error
     assert sink.text() == "Fine answer."
+
+
+@aio
+async def test_last_tier_check_failure_is_delivered_on_streams_too() -> None:
+    leak = Reply(chunks=events(["Answer<|im_end|>", " more."]))
+    rig = Rig(by_tier(highspeed=Reply(status=500), standard=leak))
+    relay = await rig.dispatcher.stream(rig.call(stream=True))
+    assert relay.tier == "standard" and relay.trail.checks_failed == "template_leak"
+    relay.abandon()

@@ -100,7 +100,7 @@ class Dispatcher:
         async def attempt(tier: str, how: Opening) -> tuple[bytes, dict[str, Any] | None]:
             return await self._completer.complete(call, self._pools[tier], how, trail)
 
-        tier, (body, usage) = await self._run(call, call.d.tiers, attempt, trail)
+        tier, (body, usage) = await self._run(call, call.d.tiers, attempt, trail, hedge=True)
         return Outcome(tier, body, trail, usage)
 
     async def stream(self, call: Call) -> StreamRelay:
@@ -112,18 +112,24 @@ class Dispatcher:
             body = orjson.dumps(call.body_for(pool))
             return await self._opener.open(call, pool, body, how, trail)
 
-        tier, start = await self._run(call, call.d.tiers, attempt, trail)
+        tier, start = await self._run(call, call.d.tiers, attempt, trail, hedge=True)
         cont = Continuer(call, self._pools, self._opener, self._run, self._repetition)
         return StreamRelay(call, tier, start, trail, cont)
 
     # -- the loop -------------------------------------------------------------------------------
     async def _run(
-        self, call: Call, tiers: tuple[str, ...], attempt: Attempt[T], trail: Trail
+        self,
+        call: Call,
+        tiers: tuple[str, ...],
+        attempt: Attempt[T],
+        trail: Trail,
+        hedge: bool = False,
     ) -> tuple[str, T]:
-        """Try ``tiers`` in order; the first answer wins. Raises when every tier failed."""
+        """Try ``tiers`` in order; the first answer wins. Raises when every tier failed.
+        With ``hedge`` (a request's own tiers, not a continuation's), the rule's hedging."""
         last_error = AttemptError("deadline", "no time left for an attempt", timeout=True)
         i = 0
-        if call.d.hedge_after is not None and len(tiers) > 1 and tiers == call.d.tiers:
+        if hedge and call.d.hedge_after is not None and len(tiers) > 1:
             self.hedges.earn()
             try:
                 return await self._hedged(call, tiers, attempt, trail)

@@ -95,6 +95,7 @@ class StreamOpener:
                 if not how.deliver:
                     raise AttemptError(f"check_{bad.check}", bad.reason)
                 s.checks_failed = bad
+                trail.checks_failed = bad.check
         except TimeoutError:
             _abandon(s)
             pool.record(False)

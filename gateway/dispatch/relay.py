@@ -78,11 +78,6 @@ class StreamRelay:
         self._guard = LoopGuard() if "repetition" in call.d.checks else None
         self._last: StreamState = start.state
 
-    @property
-    def checks_failed(self) -> str | None:
-        bad = self.start.checks_failed
-        return bad.check if bad is not None else None
-
     def abandon(self) -> None:
         """The client never got a response head: drop the upstream stream."""
         if self._active is not None:

@@ -134,7 +134,7 @@ async def _relay(
     request: web.Request, gw: Gateway, rt: Runtime, ex: Exchange, relay: StreamRelay
 ) -> web.StreamResponse:
     ex.trail, ex.tier = relay.trail, relay.tier
-    headers = ex.headers(relay.checks_failed)
+    headers = ex.headers()
     headers[H_REQUEST_ID] = ex.rid
     headers["Cache-Control"] = "no-cache"
     if ex.admission is not None and ex.eff is not None and ex.eff.tenant_id is not None:

@@ -53,7 +53,7 @@ class Exchange:
     admission: Admission | None = None
     slot: str | None = None  # the admission's in-flight member (released at the end)
 
-    def headers(self, checks_failed: str | None = None) -> dict[str, str]:
+    def headers(self) -> dict[str, str]:
         """x-gateway-route, -tier, -fallback, -overhead-ms, -backoff-ms, -checks-failed."""
         if self.d is None:
             return {}
@@ -70,8 +70,8 @@ class Exchange:
             h[H_BACKOFF] = f"{t.backoff_s * 1000:.1f}"
         if t.hedge:
             h[H_HEDGE] = t.hedge
-        if checks_failed or t.checks_failed:
-            h[H_CHECKS_FAILED] = checks_failed or t.checks_failed or ""
+        if t.checks_failed:
+            h[H_CHECKS_FAILED] = t.checks_failed
         return h
 
     def _overhead(self, until: float) -> float:
