@@ -41,10 +41,13 @@ from gateway.core.classify import Classifier
 from gateway.core.request import ClientRequest, parse_chat
 from gateway.core.router import RouteDecision, Router
 from gateway.core.rules import load_rules
+from gateway.dispatch.loopguard import LoopGuard
 from gateway.settings import REPO_RULES
+from gateway.upstream.sse import StreamState
 
 ROOT = Path(__file__).resolve().parents[2]
 CLASSIFY_ROUTE_TARGET_US = 50.0
+LOOP_GUARD_TARGET_US = 5.0  # of the ~20 us a relayed chunk may cost
 CHECKS_TARGET_US = 200.0
 ANSWER_CHARS = 4_500  # ~1,000 tokens of English prose
 SUMMARY_PROMPT_CHARS = 20_000
@@ -135,11 +138,12 @@ class Timing:
         return None if self.target_us is None else self.median_us < self.target_us
 
 
-def time_us(name: str, fn: Callable[[], object], repeat: int, target_us: float | None = None
-            ) -> Timing:
+def time_us(name: str, fn: Callable[[], object], repeat: int, target_us: float | None = None,
+            per: int = 1) -> Timing:
+    """µs per operation; ``per``: operations in one call of ``fn``."""
     timer = timeit.Timer(fn)
     number, _ = timer.autorange()  # loops that take >= 0.2 s
-    per_op = [t / number * 1e6 for t in timer.repeat(repeat, number)]
+    per_op = [t / number / per * 1e6 for t in timer.repeat(repeat, number)]
     return Timing(name, statistics.median(per_op), min(per_op), target_us)
 
 
@@ -184,7 +188,19 @@ def run(rules_path: Path, repeat: int) -> list[Timing]:
         if label == "prose":
             out += [time_us(f"  one check (info): {c.name}", partial(c.run, answer, facts),
                             repeat) for c in checks]
+    out.append(time_us("live loop guard, per 1-word chunk of a prose stream (2,000 chunks)",
+                       partial(_loop_guard, prose(ANSWER_CHARS * 3, seed=2).split(" ")[:2000]),
+                       repeat, LOOP_GUARD_TARGET_US, per=2000))
     return out
+
+
+def _loop_guard(words: list[str]) -> None:
+    """What the relay does per chunk with the loop guard on (the text bookkeeping included)."""
+    state, guard = StreamState(True), LoopGuard()
+    for w in words:
+        state.parts.append(w + " ")
+        state.chars += len(w) + 1
+        guard.update(state)
 
 
 def render(timings: list[Timing]) -> str:
