@@ -72,7 +72,7 @@ class Completer:
             ) from None
         if s.state.plain:
             return assemble_state(s.state)
-        return assemble(call.req.kind, s.state.events)
+        return assemble(call.req.kind, s.state.parsed_events())
 
     def _judge(
         self,

@@ -1,25 +1,39 @@
 """What the gateway reads out of an engine's SSE stream, and the live checks on it.
 
 * :class:`SSEFramer` cuts the byte stream into complete events, so that bytes are
-  forwarded (untouched) only once the events they carry have been checked.
+  forwarded (untouched) only once the events they carry have been checked. It is linear
+  in the bytes it sees (no re-joining of a growing buffer) and refuses an event larger
+  than its limit.
 * :class:`StreamState` is what we learn from the events of choice 0: id/model/created,
   the text so far, tool-call deltas, finish reason, usage, ``[DONE]``. An error event
   raises :class:`AttemptError` at once.
-* With ``events`` set, every parsed event is kept too, to assemble a non-streamed
-  answer from an upstream stream (parsed once, used twice).
+* With ``events`` set, every event's payload is kept too, to assemble a non-streamed
+  answer from an upstream stream.
+
+Every event is decoded once, by msgspec into typed structs: the decoder checks the
+shapes the gateway relies on (a delta is an object, content a string, usage an object
+...) in C, about 3x faster than a JSON parse into dicts walked in Python. An event that
+does not fit (a malformed one, or one that carries more than text, tool calls, a finish
+reason and usage: log-probabilities, reasoning, n > 1 ...) takes the general path, which
+says precisely what is wrong or marks the stream as not plain.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import orjson
 
 from gateway.checks.base import Output
 from gateway.upstream.transport import AttemptError
 
+MAX_EVENT_BYTES = 8 * 1024 * 1024  # one SSE event; an engine's are a few hundred bytes
 _PLAIN_DELTA = frozenset(("role", "content", "tool_calls"))
-_PLAIN_CHOICE = frozenset(("index", "delta", "text", "finish_reason", "logprobs"))
+_PLAIN_CHOICE = frozenset(
+    ("index", "delta", "text", "finish_reason", "logprobs", "matched_stop", "stop_reason")
+)
+TOP_KEYS = ("id", "created", "model", "system_fingerprint", "service_tier")
 
 
 def data_payloads(events: bytes) -> list[bytes]:
@@ -30,26 +44,96 @@ def data_payloads(events: bytes) -> list[bytes]:
 class SSEFramer:
     """Splits a byte stream into complete SSE events (``\\n\\n``-terminated)."""
 
-    __slots__ = ("_buf",)
+    __slots__ = ("_limit", "_parts", "_size")
 
-    def __init__(self) -> None:
-        self._buf = b""
+    def __init__(self, limit: int = MAX_EVENT_BYTES) -> None:
+        self._parts: list[bytes] = []  # bytes of an event not complete yet
+        self._size = 0
+        self._limit = limit
 
     def feed(self, chunk: bytes) -> tuple[bytes, list[bytes]]:
         """Complete events' bytes (to forward) and their ``data:`` payloads."""
         if b"\r" in chunk:
             chunk = chunk.replace(b"\r\n", b"\n")
-        buf = self._buf + chunk if self._buf else chunk
-        end = buf.rfind(b"\n\n")
-        if end < 0:
-            self._buf = buf
-            return b"", []
-        complete, self._buf = buf[: end + 2], buf[end + 2 :]
-        return complete, data_payloads(complete)
+        end = chunk.rfind(b"\n\n")
+        if end < 0 and self._parts and chunk[:1] == b"\n" and self._parts[-1][-1:] == b"\n":
+            end = -1  # the blank line straddles two chunks
+        elif end < 0:
+            return self._keep(chunk)
+        head, rest = chunk[: end + 2], chunk[end + 2 :]
+        if self._parts:
+            self._parts.append(head)
+            head = b"".join(self._parts)
+            self._parts, self._size = [], 0
+        if rest:
+            self._keep(rest)
+        return head, data_payloads(head)
+
+    def _keep(self, part: bytes) -> tuple[bytes, list[bytes]]:
+        if part:
+            self._size += len(part)
+            if self._size > self._limit:
+                raise AttemptError("bad_stream", f"an event is over {self._limit} bytes")
+            self._parts.append(part)
+        return b"", []
 
     @property
     def pending(self) -> bytes:
-        return self._buf
+        if len(self._parts) > 1:
+            self._parts = [b"".join(self._parts)]
+        return self._parts[0] if self._parts else b""
+
+
+def _extra(obj: dict[str, Any], plain: frozenset[str]) -> bool:
+    """Whether ``obj`` has a field beyond ``plain`` that is not null."""
+    return not plain.issuperset(obj) and any(
+        v is not None for k, v in obj.items() if k not in plain
+    )
+
+
+# -- the typed fast path: what a plain OpenAI stream event carries --------------------------
+class _Function(msgspec.Struct):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class _ToolCall(msgspec.Struct):
+    index: int = 0
+    id: Any = None
+    type: Any = None
+    function: _Function | None = None
+
+
+class _Delta(msgspec.Struct, forbid_unknown_fields=True):
+    role: Any = None
+    content: str | None = None
+    tool_calls: list[_ToolCall] | None = None
+    reasoning_content: None = None  # SGLang and vLLM send these as null in every event
+    refusal: None = None
+
+
+class _Choice(msgspec.Struct, forbid_unknown_fields=True):
+    index: int = 0
+    delta: _Delta | None = None
+    text: str | None = None
+    finish_reason: str | None = None
+    logprobs: None = None
+    matched_stop: Any = None  # SGLang's and vLLM's own, not in an assembled answer
+    stop_reason: Any = None
+
+
+class _Event(msgspec.Struct):
+    id: Any = None
+    model: Any = None
+    created: Any = None
+    system_fingerprint: Any = None
+    service_tier: Any = None
+    choices: list[_Choice] | None = None
+    usage: dict[str, Any] | None = None
+    error: Any = None
+
+
+_DECODER = msgspec.json.Decoder(_Event)
 
 
 class StreamState:
@@ -86,11 +170,11 @@ class StreamState:
         self.usage: dict[str, Any] | None = None
         self.done = False
         self.eof_done = False  # it ended after a finish_reason without [DONE]
-        self.events: list[dict[str, Any]] | None = None  # every event, when assembling
+        self.events: list[bytes] | None = None  # every event's payload, when assembling
         self.tool_calls: dict[int, dict[str, Any]] = {}
         self.multi = False  # n > 1: several choices interleave
         self.plain = True  # nothing seen beyond text, tool calls, finish reason and usage
-        self.first: dict[str, Any] = {}  # the first event (its id, model, fingerprint ...)
+        self.first: dict[str, Any] = {}  # the first event's id, model, fingerprint ...
 
     def feed(self, payload: bytes) -> bool:
         """Take one event's payload; True when it carried output (a token). An event that
@@ -98,6 +182,71 @@ class StreamState:
         if payload == b"[DONE]":
             self.done = True
             return False
+        try:
+            ev = _DECODER.decode(payload)
+        except msgspec.ValidationError:
+            return self._feed_general(payload)  # not plain, or malformed: the general path
+        except msgspec.DecodeError:
+            raise AttemptError("bad_stream", "an event is not JSON") from None
+        if ev.error:
+            return self._feed_general(payload)  # it words the error
+        if self.events is not None:
+            self.events.append(payload)
+        if self.id is None:
+            self.first = {k: getattr(ev, k) for k in TOP_KEYS}
+            self.id, self.model, self.created = ev.id, ev.model, ev.created
+        usage = ev.usage
+        if usage:
+            self.usage = usage
+        token = False
+        for ch in ev.choices or ():
+            if ch.index:
+                self.multi = True
+                self.plain = False
+                continue
+            if self.chat:
+                delta = ch.delta
+                text = delta.content if delta is not None else None
+                if delta is not None and delta.tool_calls:
+                    self._typed_calls(delta.tool_calls)
+                    token = True
+            else:
+                text = ch.text
+            if text:
+                self.parts.append(text)
+                self.chars += len(text)
+                self.tokens += 1
+                token = True
+            if ch.finish_reason:
+                self.finish_reason = ch.finish_reason
+                token = True
+        return token or (usage is not None and not ev.choices)
+
+    def _typed_calls(self, calls: list[_ToolCall]) -> None:
+        for c in calls:
+            if c.type not in (None, "function"):
+                self.plain = False
+            fn = self._call_slot(c.index, c.id)["function"]
+            if c.function is not None:
+                if c.function.name:
+                    fn["name"] += c.function.name
+                if c.function.arguments:
+                    fn["arguments"] += c.function.arguments
+
+    def _call_slot(self, index: int, call_id: Any) -> dict[str, Any]:
+        slot = self.tool_calls.get(index)
+        if slot is None:
+            slot = self.tool_calls[index] = {
+                "id": None,
+                "type": "function",
+                "function": {"name": "", "arguments": ""},
+            }
+        if call_id:
+            slot["id"] = call_id
+        return slot
+
+    # -- the general path: any event, precise errors ---------------------------------------------
+    def _feed_general(self, payload: bytes) -> bool:
         try:
             obj = orjson.loads(payload)
         except orjson.JSONDecodeError:
@@ -109,7 +258,7 @@ class StreamState:
             msg = err.get("message", "") if isinstance(err, dict) else str(err)
             raise AttemptError("stream_error", str(msg)[:160] or "error event")
         if self.events is not None:
-            self.events.append(obj)
+            self.events.append(payload)
         if self.id is None:
             self.first = obj
             self.id, self.model, self.created = obj.get("id"), obj.get("model"), obj.get("created")
@@ -145,12 +294,12 @@ class StreamState:
                     raise AttemptError("bad_stream", "tool_calls is not a list")
                 self._tool_deltas(calls)
                 token = True
-            if not _PLAIN_DELTA.issuperset(delta):
+            if _extra(delta, _PLAIN_DELTA):
                 self.plain = False
                 token = token or bool(delta.get("reasoning_content") or delta.get("refusal"))
         else:
             text = ch.get("text")
-        if self.plain and (ch.get("logprobs") is not None or not _PLAIN_CHOICE.issuperset(ch)):
+        if self.plain and (ch.get("logprobs") is not None or _extra(ch, _PLAIN_CHOICE)):
             self.plain = False
         if text:
             if not isinstance(text, str):
@@ -174,17 +323,18 @@ class StreamState:
                 raise AttemptError("bad_stream", "a tool call is malformed")
             if c.get("type") not in (None, "function"):
                 self.plain = False
-            slot = self.tool_calls.setdefault(
-                index, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
-            )
-            if c.get("id"):
-                slot["id"] = c["id"]
+            slot = self._call_slot(index, c.get("id"))["function"]
             for part in ("name", "arguments"):
                 value = fn.get(part)
                 if value:
                     if not isinstance(value, str):
                         raise AttemptError("bad_stream", f"a tool call's {part} is not a string")
-                    slot["function"][part] += value
+                    slot[part] += value
+
+    # -- reading it ----------------------------------------------------------------------------
+    def parsed_events(self) -> list[dict[str, Any]]:
+        """The kept events as objects (to assemble an answer that is not plain)."""
+        return [orjson.loads(p) for p in self.events or ()]
 
     def text(self) -> str:
         if len(self.parts) > 1:

@@ -1,10 +1,10 @@
 """The transport seam: how the gateway talks to an engine, and nothing else.
 
 Dispatch and relay see an :class:`UpstreamStream` (read chunks, close, release) opened by
-a :class:`Transport`; they never see aiohttp. :class:`HttpTransport` is the real one
-(one pooled keep-alive aiohttp session per pool, never retrying on its own: the
-dispatcher is the one retry layer); tests hand the dispatcher an in-memory transport
-instead (``tests/memory_transport.py``), the way httpx's ``MockTransport`` works.
+a :class:`Transport`; they never see sockets. :class:`HttpTransport` is the real one
+(pooled keep-alive HTTP/1.1 connections per pool, :mod:`gateway.upstream.h1`, never
+retrying on its own: the dispatcher is the one retry layer); tests hand the dispatcher an
+in-memory transport instead (``tests/memory_transport.py``), like httpx's ``MockTransport``.
 
 Every failure is raised as an :class:`AttemptError` that says whether another tier may
 be tried (``retryable``), whether it was a timeout, and whether the same tier may be
@@ -14,15 +14,14 @@ tried again after a short wait (``transient``: a reset, a 500/502/503, a 429 wit
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Protocol
 
-import aiohttp
 import orjson
 
-_SKIP_HEADERS = ("Accept-Encoding", "User-Agent")
-_JSON = MappingProxyType({"Content-Type": "application/json"})
+from gateway.upstream import h1
+
 MAX_ERROR_BODY = 64 * 1024
 MAX_JSON_ANSWER = 64 * 1024 * 1024
 _TRANSIENT = frozenset((500, 502, 503, 429))
@@ -93,24 +92,39 @@ class Transport(Protocol):
 
 
 class _HttpStream:
-    __slots__ = ("_resp",)
+    """An engine's answer on one pooled connection, read as it arrives."""
 
-    def __init__(self, resp: aiohttp.ClientResponse):
-        self._resp = resp
+    __slots__ = ("_conn", "_deadline", "_gap", "_origin", "_total")
+
+    def __init__(self, conn: h1.Conn, origin: h1.Origin, limits: Timeouts, deadline: float):
+        self._conn = conn
+        self._origin: h1.Origin | None = origin
+        self._gap = limits.read_gap
+        self._total = limits.total
+        self._deadline = deadline
 
     async def read(self) -> bytes:
         try:
-            return await self._resp.content.readany()
+            return await self._conn.read(self._gap, self._deadline)
         except TimeoutError:
+            if asyncio.get_running_loop().time() >= self._deadline:
+                raise AttemptError(
+                    "timeout", f"the answer did not end within {self._total:.1f}s", timeout=True
+                ) from None
             raise AttemptError("stall", "no data within the stall limit", timeout=True) from None
-        except aiohttp.ClientError as e:
+        except (h1.Cut, h1.Stale, h1.BadHttp) as e:
             raise AttemptError("stream_cut", short(e)) from None
 
     def close(self) -> None:
-        self._resp.close()
+        self._done(False)
 
     def release(self) -> None:
-        self._resp.release()
+        self._done(True)
+
+    def _done(self, reuse: bool) -> None:
+        origin, self._origin = self._origin, None
+        if origin is not None:  # once
+            origin.release(self._conn, reuse)
 
 
 class JsonAsStream:
@@ -166,77 +180,84 @@ def json_as_events(data: bytes) -> bytes:
 
 
 class HttpTransport:
-    """The real transport: aiohttp, pooled keep-alive connections, no retries of its own."""
+    """The real transport: pooled keep-alive HTTP/1.1 connections (:mod:`.h1`), no
+    retries of its own."""
 
     def __init__(self, max_connections: int, keepalive: float):
-        connector = aiohttp.TCPConnector(
-            limit=0,
-            limit_per_host=max_connections,
-            keepalive_timeout=keepalive,
-            enable_cleanup_closed=False,
-        )
-        self._session = aiohttp.ClientSession(
-            connector=connector,
-            skip_auto_headers=_SKIP_HEADERS,
-            timeout=aiohttp.ClientTimeout(total=None),
-        )
+        self._client = h1.Client(max_connections, keepalive)
 
     async def open(
         self, url: str, body: bytes, limits: Timeouts, stream: bool = True
     ) -> UpstreamStream:
-        timeout = aiohttp.ClientTimeout(
-            total=limits.total, sock_connect=limits.connect, sock_read=limits.read_gap
-        )
-        resp = await self._post(url, body, timeout)
-        if resp.status != 200:
-            try:
-                data = await resp.content.read(MAX_ERROR_BODY)
-            except (aiohttp.ClientError, TimeoutError):
-                data = b""
-            resp.release()
-            err = status_error(resp.status, data)
-            err.retry_after = _retry_after(resp.headers.get("Retry-After"))
+        deadline = asyncio.get_running_loop().time() + limits.total
+        conn, origin = await self._send(b"POST", url, body, limits, deadline)
+        up = _HttpStream(conn, origin, limits, deadline)
+        status, headers = conn.status, conn.headers  # the connection is reset once given back
+        if status != 200:
+            data = await _error_body(up)
+            err = status_error(status, data)
+            err.retry_after = _retry_after(headers.get(b"retry-after"))
             raise err
-        if stream and resp.content_type == "application/json":  # it ignored "stream"
-            return JsonAsStream(_HttpStream(resp))
-        return _HttpStream(resp)
+        ctype = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
+        if stream and ctype == b"application/json":  # it ignored "stream"
+            return JsonAsStream(up)
+        return up
 
-    async def _post(
-        self, url: str, body: bytes, timeout: aiohttp.ClientTimeout
-    ) -> aiohttp.ClientResponse:
-        """POST, up to the response headers.
-
-        A pooled keep-alive connection the engine has already closed (llama.cpp's server
-        closes one after each stream, whatever its Keep-Alive header says) fails at once
-        with a disconnect: that is the transport's business, so one more try goes out on
-        a fresh connection.
-        """
-        for last in (False, True):
-            try:
-                return await self._session.post(url, data=body, headers=_JSON, timeout=timeout)
-            except TimeoutError:
-                raise AttemptError(
-                    "timeout", f"no response within {timeout.total:.1f}s", timeout=True
-                ) from None
-            except aiohttp.ClientConnectorError as e:
-                raise AttemptError("connect", short(e)) from None
-            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
-                if last:
-                    raise AttemptError("reset", short(e)) from None
-            except aiohttp.ClientError as e:
-                raise AttemptError("upstream", short(e)) from None
-        raise AssertionError("unreachable")  # pragma: no cover
+    async def _send(
+        self, method: bytes, url: str, body: bytes, limits: Timeouts, deadline: float
+    ) -> tuple[h1.Conn, h1.Origin]:
+        """Send, up to the answer's head; every failure as an :class:`AttemptError`."""
+        try:
+            return await self._client.send(method, url, body, limits.connect, deadline)
+        except TimeoutError:
+            raise AttemptError(
+                "timeout", f"no response within {limits.total:.1f}s", timeout=True
+            ) from None
+        except (h1.Cut, h1.Stale) as e:
+            raise AttemptError("reset", short(e) or "connection reset") from None
+        except h1.BadHttp as e:
+            raise AttemptError("upstream", f"malformed HTTP answer: {short(e)}") from None
+        except (OSError, ValueError) as e:
+            raise AttemptError("connect", short(e)) from None
 
     async def get(self, url: str, timeout: float) -> tuple[int, bytes]:
+        limits = Timeouts(timeout, timeout, None)
+        deadline = asyncio.get_running_loop().time() + timeout
         try:
-            t = aiohttp.ClientTimeout(total=timeout)
-            async with self._session.get(url, timeout=t) as resp:
-                return resp.status, await resp.read()
-        except aiohttp.ClientError as e:
-            raise OSError(short(e)) from None
+            conn, origin = await self._send(b"GET", url, b"", limits, deadline)
+        except AttemptError as e:
+            raise OSError(e.detail) from None
+        up = _HttpStream(conn, origin, limits, deadline)
+        status = conn.status  # the connection is reset once given back
+        try:
+            parts = []
+            while chunk := await up.read():
+                parts.append(chunk)
+        except AttemptError as e:
+            up.close()
+            raise OSError(e.detail) from None
+        up.release()
+        return status, b"".join(parts)
 
     async def close(self) -> None:
-        await self._session.close()
+        self._client.close()
+
+
+async def _error_body(up: _HttpStream) -> bytes:
+    """An error answer's body (at most :data:`MAX_ERROR_BODY`), the connection given back."""
+    parts, size = [], 0
+    try:
+        while size < MAX_ERROR_BODY and (chunk := await up.read()):
+            parts.append(chunk)
+            size += len(chunk)
+    except AttemptError:
+        up.close()
+        return b"".join(parts)[:MAX_ERROR_BODY]
+    if size < MAX_ERROR_BODY:
+        up.release()
+    else:
+        up.close()
+    return b"".join(parts)[:MAX_ERROR_BODY]
 
 
 def status_error(status: int, body: bytes) -> AttemptError:
@@ -248,11 +269,11 @@ def status_error(status: int, body: bytes) -> AttemptError:
     return AttemptError(f"http_{status}", "client error", retryable=False, status=status, body=body)
 
 
-def _retry_after(value: str | None) -> float | None:
+def _retry_after(value: bytes | None) -> float | None:
     if not value:
         return None
     try:
-        return max(0.0, float(value))
+        return max(0.0, float(value.decode("latin-1")))
     except ValueError:
         return None  # an HTTP date: treat as no hint
 

@@ -1,0 +1,148 @@
+"""The SSE framer and the stream state: table-driven, every payload through both paths."""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+import pytest
+
+from gateway.upstream import sse
+from gateway.upstream.sse import SSEFramer, StreamState, data_payloads
+from gateway.upstream.transport import AttemptError
+
+
+def ev(obj: object) -> bytes:
+    return orjson.dumps(obj)
+
+
+def chunk(delta: dict, finish: str | None = None, **extra: object) -> bytes:
+    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+    return ev({"id": "c1", "model": "m", "created": 1, "choices": [choice], **extra})
+
+
+PLAIN_STREAM = [
+    chunk({"role": "assistant", "content": ""}),
+    chunk({"content": "Hello"}),
+    chunk({"content": " world", "reasoning_content": None, "tool_calls": None}),
+    chunk({"tool_calls": [{"index": 0, "id": "t1", "function": {"name": "f"}}]}),
+    chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"a":1}'}}]}),
+    chunk({}, "stop"),
+    ev({"id": "c1", "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}),
+]
+
+
+def fed(payloads: list[bytes], general: bool = False, chat: bool = True) -> StreamState:
+    s = StreamState(chat)
+    s.events = []
+    for p in payloads:
+        s._feed_general(p) if general else s.feed(p)
+    return s
+
+
+def summary(s: StreamState) -> tuple[object, ...]:
+    return (s.id, s.model, s.created, s.text(), s.tokens, s.chars, s.finish_reason, s.usage,
+            s.tool_calls, s.multi, s.plain, len(s.events or ()), s.first.get("id"))
+
+
+def test_fast_and_general_paths_agree_on_a_plain_stream() -> None:
+    fast, general = fed(PLAIN_STREAM), fed(PLAIN_STREAM, general=True)
+    assert summary(fast) == summary(general)
+    assert fast.text() == "Hello world" and fast.plain and fast.finish_reason == "stop"
+    assert fast.tool_calls[0] == {
+        "id": "t1", "type": "function", "function": {"name": "f", "arguments": '{"a":1}'}
+    }
+    assert [orjson.loads(p) for p in PLAIN_STREAM] == fast.parsed_events()
+
+
+@pytest.mark.parametrize(
+    ("payload", "plain"),
+    [
+        (chunk({"content": "x", "reasoning_content": "think"}), False),
+        (chunk({"content": "x", "audio": {"id": "a"}}), False),
+        (ev({"choices": [{"index": 0, "delta": {"content": "x"}, "logprobs": {"c": []}}]}), False),
+        (ev({"choices": [{"index": 1, "delta": {"content": "x"}}]}), False),
+        (chunk({"tool_calls": [{"index": 0, "type": "custom", "function": {}}]}), False),
+        (ev({"choices": [{"index": 0, "delta": {"content": "x"}, "matched_stop": None}]}), True),
+        (ev({"choices": [{"index": 0, "text": "x", "stop_reason": None}]}), True),
+    ],
+)
+def test_what_is_not_plain(payload: bytes, plain: bool) -> None:
+    for general in (False, True):
+        assert fed([payload], general).plain is plain
+
+
+@pytest.mark.parametrize(
+    ("payload", "kind", "detail"),
+    [
+        (b"{not json", "bad_stream", "not JSON"),
+        (b"[1, 2]", "bad_stream", "not a JSON object"),
+        (ev({"choices": "x"}), "bad_stream", "choices is not a list"),
+        (ev({"choices": ["x"]}), "bad_stream", "choice is not an object"),
+        (ev({"choices": [{"delta": "x"}]}), "bad_stream", "delta is not an object"),
+        (ev({"choices": [{"delta": {"content": 5}}]}), "bad_stream", "text is not a string"),
+        (ev({"choices": [], "usage": [1]}), "bad_stream", "usage is not an object"),
+        (ev({"choices": [{"delta": {"tool_calls": "x"}}]}), "bad_stream", "tool_calls"),
+        (ev({"choices": [{"delta": {"tool_calls": ["x"]}}]}), "bad_stream", "malformed"),
+        (ev({"choices": [{"delta": {"tool_calls": [{"function": {"name": 3}}]}}]}),
+         "bad_stream", "name is not a string"),
+        (ev({"error": {"message": "overloaded"}}), "stream_error", "overloaded"),
+        (ev({"error": "boom"}), "stream_error", "boom"),
+    ],
+)
+def test_malformed_events_are_upstream_failures(payload: bytes, kind: str, detail: str) -> None:
+    with pytest.raises(AttemptError) as e:
+        fed([payload])
+    assert e.value.kind == kind and detail in e.value.detail
+
+
+def test_text_completions_read_text() -> None:
+    s = fed([ev({"choices": [{"index": 0, "text": "ab", "finish_reason": "length"}]})], chat=False)
+    assert (s.text(), s.finish_reason, s.tokens) == ("ab", "length", 1)
+
+
+def test_done_and_usage_only_events() -> None:
+    s = StreamState(True)
+    assert s.feed(ev({"choices": [], "usage": {"prompt_tokens": 1}})) is True
+    assert s.feed(b"[DONE]") is False and s.done
+
+
+@pytest.mark.parametrize(
+    ("chunks", "payloads"),
+    [
+        ([b"data: a\n\ndata: b\n\n"], [b"a", b"b"]),
+        ([b"data: a\n", b"\ndata: b\n\n"], [b"a", b"b"]),  # the blank line straddles
+        ([b"data: a", b"bc\n\n"], [b"abc"]),
+        ([b"data: a\r\n\r\n"], [b"a"]),
+        ([b": keep-alive\n\nevent: x\ndata: a\n\n"], [b"a"]),
+        ([b"da", b"ta: a\n\n", b"data: b"], [b"a"]),
+    ],
+)
+def test_framer_cuts_complete_events(chunks: list[bytes], payloads: list[bytes]) -> None:
+    f, got = SSEFramer(), []
+    for c in chunks:
+        got += f.feed(c)[1]
+    assert got == payloads
+
+
+def test_framer_refuses_an_event_over_its_limit() -> None:
+    f = SSEFramer(limit=1000)
+    f.feed(b"data: " + b"x" * 600)
+    with pytest.raises(AttemptError) as e:
+        f.feed(b"x" * 600)
+    assert e.value.kind == "bad_stream" and "1000 bytes" in e.value.detail
+
+
+def test_framer_is_linear_in_a_long_event() -> None:
+    """10,000 small reads of one event: a quadratic join would copy ~50 GB' worth."""
+    f = SSEFramer(limit=sse.MAX_EVENT_BYTES)
+    t0 = time.process_time()
+    for _ in range(10_000):
+        f.feed(b"x" * 500)
+    complete, payloads = f.feed(b"\n\n")
+    assert len(complete) == 5_000_002 and payloads == [] and f.pending == b""
+    assert time.process_time() - t0 < 2.0
+
+
+def test_data_payloads_of_multi_line_events() -> None:
+    assert data_payloads(b"data: a\ndata: b\n\ndata: c\n\n") == [b"a", b"b", b"c"]
