@@ -436,3 +436,44 @@ async def test_last_tier_check_failure_is_delivered_on_streams_too() -> None:
     relay = await rig.dispatcher.stream(rig.call(stream=True))
     assert relay.tier == "standard" and relay.trail.checks_failed == "template_leak"
     relay.abandon()
+
+
+@aio
+async def test_a_client_leaving_during_the_hedge_delay_cancels_the_first_attempt() -> None:
+    from gateway.dispatch.hedge import race
+
+    cancelled = asyncio.Event()
+
+    async def first() -> str:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return "late"
+
+    async def second() -> str:
+        return "never"
+
+    waiting = asyncio.ensure_future(race(first, second, asyncio.Event(), 5.0, lambda: True))
+    await asyncio.sleep(0.05)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    await asyncio.wait_for(cancelled.wait(), 1.0)
+
+
+@aio
+async def test_the_race_wakes_when_the_first_attempt_ends_before_the_delay() -> None:
+    from gateway.dispatch.hedge import race
+
+    async def first() -> str:
+        await asyncio.sleep(0.01)
+        return "fast"
+
+    async def second() -> str:
+        raise AssertionError("no hedge for an attempt that ended")
+
+    t0 = time.monotonic()
+    assert await race(first, second, asyncio.Event(), 5.0, lambda: True) == (0, False, "fast")
+    assert time.monotonic() - t0 < 1.0

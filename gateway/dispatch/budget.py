@@ -20,12 +20,13 @@ hold-back); a whole non-streamed answer."""
 class LatencyBook:
     """Recent successful times per (tier, kind), and their 90th percentile."""
 
-    __slots__ = ("_p90", "_samples", "_size")
+    __slots__ = ("_added", "_p90", "_samples", "_size")
 
     def __init__(self, size: int = 64):
         self._size = size
         self._samples: dict[tuple[str, Kind], deque[float]] = {}
         self._p90: dict[tuple[str, Kind], float] = {}
+        self._added: dict[tuple[str, Kind], int] = {}
 
     def add(self, tier: str, kind: Kind, seconds: float) -> None:
         key = (tier, kind)
@@ -33,7 +34,8 @@ class LatencyBook:
         if q is None:
             q = self._samples[key] = deque(maxlen=self._size)
         q.append(seconds)
-        if len(q) <= 8 or len(q) % 8 == 0:  # re-sort now and then, not per request
+        n = self._added[key] = self._added.get(key, 0) + 1
+        if n <= 8 or n % 8 == 0:  # re-sort now and then, not per request
             ordered = sorted(q)
             self._p90[key] = ordered[min(len(ordered) - 1, int(len(ordered) * 0.9))]
 

@@ -217,8 +217,11 @@ async def read_body(request: web.Request, settings: Settings) -> bytes:
             f"The request body is {request.content_length} bytes; the limit is {limit} bytes."
         )
     try:
-        async with asyncio.timeout(settings.body_timeout):
+        if request.content.is_eof():  # all of it is here already (the norm): no timer
             raw = await request.read()
+        else:
+            async with asyncio.timeout(settings.body_timeout):
+                raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise PayloadTooLarge(f"The request body is over the limit of {limit} bytes.") from None
     except TimeoutError:

@@ -123,17 +123,23 @@ class _Choice(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class _Event(msgspec.Struct):
-    id: Any = None
-    model: Any = None
-    created: Any = None
-    system_fingerprint: Any = None
-    service_tier: Any = None
+    """An event after the one that named the stream: id, model ... are skipped, unread."""
+
     choices: list[_Choice] | None = None
     usage: dict[str, Any] | None = None
     error: Any = None
 
 
-_DECODER = msgspec.json.Decoder(_Event)
+class _FirstEvent(_Event):
+    id: Any = None
+    model: Any = None
+    created: Any = None
+    system_fingerprint: Any = None
+    service_tier: Any = None
+
+
+_FIRST = msgspec.json.Decoder(_FirstEvent)
+_NEXT = msgspec.json.Decoder(_Event)
 
 
 class StreamState:
@@ -183,7 +189,7 @@ class StreamState:
             self.done = True
             return False
         try:
-            ev = _DECODER.decode(payload)
+            ev = _FIRST.decode(payload) if self.id is None else _NEXT.decode(payload)
         except msgspec.ValidationError:
             return self._feed_general(payload)  # not plain, or malformed: the general path
         except msgspec.DecodeError:
@@ -192,7 +198,7 @@ class StreamState:
             return self._feed_general(payload)  # it words the error
         if self.events is not None:
             self.events.append(payload)
-        if self.id is None:
+        if isinstance(ev, _FirstEvent):
             self.first = {k: getattr(ev, k) for k in TOP_KEYS}
             self.id, self.model, self.created = ev.id, ev.model, ev.created
         usage = ev.usage
