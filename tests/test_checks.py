@@ -795,3 +795,34 @@ def test_local_looking_refs_never_fetched(
     result = JsonSchemaCheck().run(out('{"a": 1}'), facts(json_schema=schema))
     assert (result.ok, result.check) == (True, "json_schema")
     assert fetched == []
+
+
+def numbered(n: int, item: str = "Restart the build server.", start: int = 1) -> str:
+    return "Ways to speed it up:\n" + "".join(f"{i}. {item}\n" for i in range(start, start + n))
+
+
+@pytest.mark.parametrize(
+    ("text", "finish", "ok"),
+    [
+        (numbered(45), "stop", False),  # a model stuck counting the same item
+        (numbered(8, start=10), "length", False),  # ... stopped by the token limit
+        (numbered(20, "I will not waste chalk."), "stop", True),  # asked for, and it ended
+        (numbered(20, "I will not waste chalk."), None, True),  # live: not yet a loop
+        ("".join(f"word{i} " for i in range(80)), "length", True),  # a counter, no item
+        ("".join(f"| {i} | {i * i} |\n" for i in range(10, 90)), "length", True),  # data
+        (numbered(3) + "".join(f"Step {i}: check the cable.\n" for i in range(40)), "stop", False),
+    ],
+    ids=["45-copies", "at-limit", "chalkboard", "chalkboard-live", "counter", "table", "steps"],
+)
+def test_numbered_loops(text: str, finish: str | None, ok: bool) -> None:
+    assert CHECKS["repetition"].run(out(text, finish), facts()).ok is ok
+
+
+def test_a_numbered_loop_starts_where_its_copies_do() -> None:
+    text = "Tips:\n1. Use a cache.\n2. Pin versions.\n" + "".join(
+        f"{i}. Restart the build server.\n" for i in range(10, 60)
+    )
+    start = find_loop_start(text, RepetitionSettings())
+    # where periodicity starts: up to a period early when the clean text ends like a copy
+    assert start is not None and "Pin versions" in text[:start]
+    assert start <= text.index("10. Restart")

@@ -376,11 +376,20 @@ def _guard_run(pieces: list[str]) -> tuple[bool, bool]:
         ),
         ("a loop", ["Intro text here. ", *["I will repeat this sentence again. "] * 8], True, True),
         (
-            "numbered list (numbered loops are not held)",
+            "a numbered list of 12 same items: held while it runs, not a loop",
             ["Steps: ", *[f"{i}. Open the door. " for i in range(3, 15)]],
-            False,
+            True,
             False,
         ),
+        (
+            "a numbered loop",
+            ["Steps: ", *[f"{i}. Restart the build server.\n" for i in range(10, 45)]],
+            True,
+            True,
+        ),
+        ("a counter is not a numbered loop", [f"word{i} " for i in range(60)], False, False),
+        ("numbers in a table", ["| a | b |\n", *[f"| {i} | {i * 7} |\n" for i in range(10, 99)]],
+         False, False),
         (
             "two copies only",
             ["Hello there friend. ", "Hello there friend. ", "Bye now."],

@@ -18,6 +18,10 @@ the smallest allowed ``min_span_chars`` so a loop always holds needle plus one p
 _MAX_CANDIDATES: Final = 4
 """Candidate periods tried per probe point; bounds the cost on code full of repeats."""
 _LETTER: Final = re.compile(r"[^\W\d_]")  # any letter, CJK included
+_NONZERO_DIGIT: Final = re.compile(r"[1-9]")  # each read as 0: every index is kept
+NUMBERED_MIN_UNIT: Final = 12
+"""Shortest unit of a numbered loop: a counted item ("4. Restart the server."), not a
+counter with a word ("word1 word2 ...", "item 1, item 2, ...")."""
 
 
 def _span_factor(unit: str) -> int:
@@ -132,6 +136,36 @@ def _find_loop(text: str, st: RepetitionSettings) -> _Loop | None:
     return None
 
 
+def numbered_unit(unit: str) -> bool:
+    """A unit a numbered loop may repeat: letters in it, and ``NUMBERED_MIN_UNIT`` or more
+    characters once any shorter period within it is taken (``word0 word0 `` is two)."""
+    return (unit + unit).find(unit, 1) >= NUMBERED_MIN_UNIT and bool(_LETTER.search(unit))
+
+
+def _find_numbered(text: str, st: RepetitionSettings, at_limit: bool) -> _Loop | None:
+    """A numbered loop ("4. Restart it.", "5. Restart it.", ...): periodic once every digit
+    reads 0, letters in the unit, and many copies (or the answer hit its token limit)."""
+    if _NONZERO_DIGIT.search(text) is None:
+        return None
+    norm = _NONZERO_DIGIT.sub("0", text)  # str.translate: 10x slower on non-ASCII text
+    enough = st.min_repeats if at_limit else st.numbered_min_copies
+    at = 0
+    for _ in range(8):  # a run can break where numbers grow a digit (9 -> 10): look on
+        loop = _find_loop(norm[at:], st)
+        if loop is None:
+            return None
+        start, end, p = at + loop.start, at + loop.end, loop.period
+        if (end - start) // p >= enough and numbered_unit(norm[start : start + p]):
+            return _Loop(start, end, p)
+        at = end
+    return None
+
+
+def find_any_loop(text: str, st: RepetitionSettings, at_limit: bool = False) -> _Loop | None:
+    """The first exact loop, else a numbered one."""
+    return _find_loop(text, st) or _find_numbered(text, st, at_limit)
+
+
 def find_loop_start(text: str, settings: RepetitionSettings) -> int | None:
     """Index where the first detected loop begins, or None when there is no loop.
 
@@ -139,7 +173,7 @@ def find_loop_start(text: str, settings: RepetitionSettings) -> int | None:
     index is where exact periodicity starts, so it can sit up to one period before the first
     full copy of the repeated unit when the clean text happens to end like the unit does.
     """
-    loop = _find_loop(text, settings)
+    loop = find_any_loop(text, settings)
     return None if loop is None else loop.start
 
 
@@ -155,7 +189,7 @@ class RepetitionCheck:
 
     def run(self, out: Output, req: RequestFacts) -> CheckResult:
         text = out.text
-        loop = _find_loop(text, self._settings)
+        loop = find_any_loop(text, self._settings, out.finish_reason == "length")
         if loop is None:
             return PASS_CACHE[self.name]
         p = loop.period

@@ -45,6 +45,11 @@ class RepetitionSettings(BaseModel):
     it spans ``max(min_span_chars, min_repeats * p) + probe_stride`` characters."""
     max_probes: int = Field(default=32, ge=1)
     """Cap on probe points (the stride grows on long texts), which bounds the cost."""
+    numbered_min_copies: int = Field(default=30, ge=2)
+    """A numbered loop ("4. X", "5. X", ...: copies that differ only in their digits, with
+    letters in the unit) counts from this many copies, or from ``min_repeats`` when the
+    answer ran into its token limit. Fewer copies that end by themselves are what a user
+    asked for ("write it 20 times, numbered"); a model stuck counting goes to the limit."""
 
 
 DEFAULT_TEMPLATE_TOKENS: Final[tuple[str, ...]] = (

@@ -2,17 +2,20 @@
 tail until the period breaks (the text is released) or the loop is confirmed (the text is
 dropped and the stream continued from before the loop).
 
-A candidate is a tail made of two or more exact copies of a unit of 8 to 512 characters
-(the repetition check's notion of a loop; numbered loops, "4. X 5. X", are not covered:
-normalising digits flagged counting and numbered word lists). It is looked for every 32
-new characters with one ``rfind`` of the last 8 characters and one comparison, on a tail
-the guard keeps itself, and followed with one comparison per batch: about 1.6 us per
-chunk. A candidate is confirmed with the repetition check's own thresholds (4 copies, 200
-characters); legitimately repetitive text (table rows, list items) breaks the period and
-is released, delayed but whole.
+A candidate is a tail made of two or more copies of a unit of 8 to 512 characters, where
+the copies may differ in their digits only ("4. Restart it.", "5. Restart it."): the
+guard keeps its own tail with every digit read as 0. It is looked for every 32 new
+characters with one ``rfind`` of the last 8 characters and one comparison, and followed
+with one comparison per batch. A candidate is confirmed with the repetition check's own
+thresholds: 4 exact copies over 200 characters, or, for a numbered loop (copies that
+differ in digits, letters in the unit), 30 copies; a unit without letters must be exact.
+Legitimately repetitive text (table rows, list items, "write it 20 times, numbered")
+breaks the period or ends, and is released, delayed but whole.
 """
 
 from __future__ import annotations
+
+import re
 
 from gateway.upstream.sse import StreamState
 
@@ -20,6 +23,10 @@ MIN_UNIT = 8
 MAX_UNIT = 512
 _WINDOW = 2 * MAX_UNIT + MIN_UNIT
 CONFIRM_COPIES = 4
+NUMBERED_COPIES = 30  # RepetitionSettings.numbered_min_copies
+NUMBERED_MIN_UNIT = 12  # repetition.NUMBERED_MIN_UNIT
+_NONZERO_DIGIT = re.compile(r"[1-9]")
+_LETTER = re.compile(r"[^\W\d_]")
 CONFIRM_SPAN = 200
 DETECT_EVERY = 32  # characters between looks for a new candidate (a unit is 8 or more)
 
@@ -39,7 +46,7 @@ class LoopGuard:
         if state.chars == self.checked:
             return self.period > 0
         new, self.checked = state.chars - self.checked, state.chars
-        t = self._tail + state.tail(new)[-new:]
+        t = self._tail + _NONZERO_DIGIT.sub("0", state.tail(new)[-new:])
         if len(t) > 2 * _WINDOW:  # trimmed now and then, not per chunk
             t = t[-_WINDOW:]
         self._tail = t
@@ -52,21 +59,38 @@ class LoopGuard:
         elif state.chars - self.detected_at < DETECT_EVERY:
             return False
         self.detected_at = state.chars
-        return self._detect(t[-_WINDOW:], state.chars)
+        return self._detect(t[-_WINDOW:], state)
 
-    def _detect(self, t: str, chars: int) -> bool:
+    def _detect(self, t: str, state: StreamState) -> bool:
         if len(t) < 2 * MIN_UNIT:
             return False
         j = t.rfind(t[-MIN_UNIT:], 0, len(t) - MIN_UNIT)
         p = len(t) - MIN_UNIT - j
         if j < 0 or not MIN_UNIT <= p <= MAX_UNIT or len(t) < 2 * p or t[-p:] != t[-2 * p : -p]:
             return False
+        if not (_numbered_unit(t[-p:]) or _exact(state, p, 2 * p)):
+            return False  # a counter ("word1 word2"), or data that repeats once read as 0
         run = 2 * p
         while run < len(t) and t[-run - 1] == t[-run - 1 + p]:
             run += 1
-        self.period, self.start = p, chars - run
+        self.period, self.start = p, state.chars - run
         return True
 
     def confirmed(self, state: StreamState) -> bool:
-        span = state.chars - self.start
-        return self.period > 0 and span >= CONFIRM_SPAN and span >= CONFIRM_COPIES * self.period
+        p, span = self.period, state.chars - self.start
+        if p == 0 or span < CONFIRM_SPAN or span < CONFIRM_COPIES * p:
+            return False
+        return span >= NUMBERED_COPIES * p or _exact(state, p, span)
+
+
+def _numbered_unit(unit: str) -> bool:
+    """A unit a numbered loop may repeat: letters in it, and 12 characters or more once
+    any shorter period within it is taken (``word0 word0 `` is ``word0 `` twice)."""
+    primitive = (unit + unit).find(unit, 1)
+    return primitive >= NUMBERED_MIN_UNIT and _LETTER.search(unit) is not None
+
+
+def _exact(state: StreamState, p: int, span: int) -> bool:
+    """Whether the text's last ``span`` characters repeat with period ``p`` as they are."""
+    t = state.tail(span)[-span:]
+    return t[p:] == t[:-p]
