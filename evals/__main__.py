@@ -22,7 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "micro": ("evals.bench.micro", "in-process classify+route and checks, us per op"),
     "speed": ("evals.speed", "TTFT/TPOT/tok/s/P99 of endpoints side by side, concurrency sweep"),
     "checks": ("evals.checks_eval", "precision/recall/cost of each quality check, labelled set"),
-    "classify": ("evals.classify", "task classifier: held-out accuracy, confusion, latency; --train"),
+    "classify": ("evals.classify", "task classifier: held-out accuracy, latency; --train"),
     "quality": ("evals.quality", "both tiers on the shipped eval set: task metrics, alignment"),
 }
 

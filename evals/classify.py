@@ -49,7 +49,8 @@ CORPUS = DATA / "classify_set.jsonl"
 NATURAL = DATA / "classify_natural.jsonl"
 ACCURACY_TARGET, RECALL_TARGET = 0.90, 0.80
 P99_TARGET_US, P99_20KB_TARGET_US = 100.0, 500.0
-SPEC = FeatureSpec(scan_chars=2048, bigrams=False, edge=10)
+TYPICAL_CHARS = 1000  # a typical prompt: the held-out prompts up to this long
+SPEC = FeatureSpec(scan_chars=1024, bigrams=False, edge=10)
 
 
 def load(path: Path) -> list[dict[str, Any]]:
@@ -74,8 +75,15 @@ def score(clf: Classifier, rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         pairs.append((row["task"], c.task))
         deciders[c.task_source.split(" ")[0]] += 1
         if c.task != row["task"]:
-            misses.append({"id": row["id"], "task": row["task"], "got": c.task,
-                           "by": c.task_source, "text": row["text"][:120]})
+            misses.append(
+                {
+                    "id": row["id"],
+                    "task": row["task"],
+                    "got": c.task,
+                    "by": c.task_source,
+                    "text": row["text"][:120],
+                }
+            )
     labels = sorted({t for t, _ in pairs} | {p for _, p in pairs})
     confusion = Counter(pairs)
     per_class = {}
@@ -83,49 +91,75 @@ def score(clf: Classifier, rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         tp = confusion[(label, label)]
         truth = sum(v for (t, _), v in confusion.items() if t == label)
         said = sum(v for (_, p), v in confusion.items() if p == label)
-        per_class[label] = {"n": truth, "precision": tp / said if said else None,
-                            "recall": tp / truth if truth else None}
-    return {"n": len(pairs), "accuracy": sum(t == p for t, p in pairs) / len(pairs),
-            "per_class": per_class, "labels": labels,
-            "confusion": [[confusion[(t, p)] for p in labels] for t in labels],
-            "deciders": dict(deciders), "misses": misses}
+        per_class[label] = {
+            "n": truth,
+            "precision": tp / said if said else None,
+            "recall": tp / truth if truth else None,
+        }
+    return {
+        "n": len(pairs),
+        "accuracy": sum(t == p for t, p in pairs) / len(pairs),
+        "per_class": per_class,
+        "labels": labels,
+        "confusion": [[confusion[(t, p)] for p in labels] for t in labels],
+        "deciders": dict(deciders),
+        "misses": misses,
+    }
+
+
+def _sample(clf: Classifier, reqs: Sequence[ClientRequest], n: int) -> dict[str, float | None]:
+    """P50/P99 of ``n`` single calls, in microseconds: wall clock, and this thread's CPU time
+    (which leaves out the time other processes had the core: this machine is shared)."""
+    wall, cpu = [], []
+    for i in range(n):
+        req = reqs[i % len(reqs)]
+        t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+        clf.classify(req, {})
+        c1, t1 = time.thread_time_ns(), time.perf_counter_ns()
+        wall.append((t1 - t0) / 1000)
+        cpu.append((c1 - c0) / 1000)
+    return {
+        "p50": percentile(wall, 50),
+        "p99": percentile(wall, 99),
+        "cpu_p50": percentile(cpu, 50),
+        "cpu_p99": percentile(cpu, 99),
+        "n": n,
+    }
 
 
 def latency(clf: Classifier, rows: Sequence[dict[str, Any]], rounds: int) -> dict[str, Any]:
-    """P50/P99 of one ``classify`` call, in microseconds, per call (not a loop average)."""
-    typical = [request(r) for r in rows]
+    """One ``classify`` call on the held-out prompts and on a 20 KB prompt."""
+    typical = [request(r) for r in rows if len(r["text"]) <= TYPICAL_CHARS]
+    every = [request(r) for r in rows]
     big = request({"text": prose(20_000, seed=7) + "\n\nWhat do you make of this?"})
-
-    def sample(reqs: Sequence[ClientRequest], n: int) -> list[float]:
-        out = []
-        for i in range(n):
-            req = reqs[i % len(reqs)]
-            t0 = time.perf_counter_ns()
-            clf.classify(req, {})
-            out.append((time.perf_counter_ns() - t0) / 1000)
-        return out
-
-    sample(typical, 200)  # warm-up
-    small, large = sample(typical, rounds), sample([big], max(rounds // 4, 200))
-    return {"typical": {"p50": percentile(small, 50), "p99": percentile(small, 99),
-                        "n": len(small), "chars_median": sorted(len(r["text"]) for r in rows)[
-                            len(rows) // 2]},
-            "20kb": {"p50": percentile(large, 50), "p99": percentile(large, 99), "n": len(large),
-                     "chars": len(big.cue_text), "decided_by": clf.classify(big, {}).task_source}}
+    _sample(clf, typical, 500)  # warm-up
+    small = _sample(clf, typical, rounds)
+    small["prompts"] = len(typical)
+    large = _sample(clf, [big], max(rounds // 4, 200))
+    large["chars"] = len(big.cue_text)
+    return {
+        "typical": small,
+        "20kb": large,
+        "all": _sample(clf, every, rounds),
+        "decided_20kb": clf.classify(big, {}).task_source,
+    }
 
 
 def _block(title: str, s: dict[str, Any]) -> str:
-    rows = [(lab, d["n"], _pct(d["precision"]), _pct(d["recall"]))
-            for lab, d in s["per_class"].items()]
+    rows = [
+        (lab, d["n"], _pct(d["precision"]), _pct(d["recall"])) for lab, d in s["per_class"].items()
+    ]
     conf = [(t, *row) for t, row in zip(s["labels"], s["confusion"], strict=True)]
     deciders = ", ".join(f"{k} {v}" for k, v in sorted(s["deciders"].items()))
-    return "\n\n".join([
-        f"## {title}: {s['accuracy']:.1%} of {s['n']}",
-        md_table(("class", "n", "precision", "recall"), rows, "lrrr"),
-        "Confusion (rows: truth, columns: classifier)\n\n"
-        + md_table(("truth \\ got", *s["labels"]), conf, "l" + "r" * len(s["labels"])),
-        f"Decided by: {deciders}",
-    ])
+    return "\n\n".join(
+        [
+            f"## {title}: {s['accuracy']:.1%} of {s['n']}",
+            md_table(("class", "n", "precision", "recall"), rows, "lrrr"),
+            "Confusion (rows: truth, columns: classifier)\n\n"
+            + md_table(("truth \\ got", *s["labels"]), conf, "l" + "r" * len(s["labels"])),
+            f"Decided by: {deciders}",
+        ]
+    )
 
 
 def _pct(v: float | None) -> str:
@@ -133,7 +167,7 @@ def _pct(v: float | None) -> str:
 
 
 def report(held: dict[str, Any], nat: dict[str, Any], lat: dict[str, Any], rules: Path) -> str:
-    t, b = lat["typical"], lat["20kb"]
+    t, b, al = lat["typical"], lat["20kb"], lat["all"]
     low = min((d["recall"] or 0.0) for d in held["per_class"].values())
     lines = [
         "# Task classifier: held-out accuracy and latency",
@@ -141,15 +175,24 @@ def report(held: dict[str, Any], nat: dict[str, Any], lat: dict[str, Any], rules
         f"Held-out accuracy {held['accuracy']:.1%} (target >= {ACCURACY_TARGET:.0%}), lowest "
         f"class recall {low:.1%} (target >= {RECALL_TARGET:.0%}); natural set "
         f"{nat['accuracy']:.1%}.",
-        f"Latency of one `classify` call: typical prompt (median {t['chars_median']} chars) "
-        f"P50 {t['p50']:.1f} us, P99 {t['p99']:.1f} us (target < {P99_TARGET_US:g}); "
-        f"{b['chars']:,}-char prompt (decided by {b['decided_by']}) P50 {b['p50']:.1f} us, "
-        f"P99 {b['p99']:.1f} us (target < {P99_20KB_TARGET_US:g}).",
+        "Latency of one `classify` call, us (CPU time of the thread; wall clock in brackets, "
+        f"which includes time this shared machine gave other processes): typical prompt "
+        f"({t['prompts']} held-out prompts <= {TYPICAL_CHARS} chars) P50 {t['cpu_p50']:.1f} "
+        f"({t['p50']:.1f}), P99 {t['cpu_p99']:.1f} ({t['p99']:.1f}), target < "
+        f"{P99_TARGET_US:g}; {b['chars']:,}-char prompt (decided by {lat['decided_20kb']}) "
+        f"P50 {b['cpu_p50']:.1f} ({b['p50']:.1f}), P99 {b['cpu_p99']:.1f} ({b['p99']:.1f}), "
+        f"target < {P99_20KB_TARGET_US:g}; every held-out prompt P50 {al['cpu_p50']:.1f}, "
+        f"P99 {al['cpu_p99']:.1f}.",
         _block("Held-out split (templates never trained on)", held),
         _block("Natural prompts (written by hand, never trained on)", nat),
-        "## Misclassified natural prompts\n\n" + (md_table(
-            ("truth", "got", "decided by", "prompt"),
-            [(m["task"], m["got"], m["by"], m["text"]) for m in nat["misses"]]) or "none"),
+        "## Misclassified natural prompts\n\n"
+        + (
+            md_table(
+                ("truth", "got", "decided by", "prompt"),
+                [(m["task"], m["got"], m["by"], m["text"]) for m in nat["misses"]],
+            )
+            or "none"
+        ),
     ]
     return "\n\n".join(lines) + "\n"
 
@@ -182,9 +225,12 @@ def evaluate(a: argparse.Namespace) -> int:
     plot(held, out / "confusion.png")
     print(md)
     print(f"-> {shown_path(out)}")
-    ok = (held["accuracy"] >= ACCURACY_TARGET
-          and all((d["recall"] or 0) >= RECALL_TARGET for d in held["per_class"].values())
-          and lat["typical"]["p99"] < P99_TARGET_US and lat["20kb"]["p99"] < P99_20KB_TARGET_US)
+    ok = (
+        held["accuracy"] >= ACCURACY_TARGET
+        and all((d["recall"] or 0) >= RECALL_TARGET for d in held["per_class"].values())
+        and lat["typical"]["cpu_p99"] < P99_TARGET_US
+        and lat["20kb"]["cpu_p99"] < P99_20KB_TARGET_US
+    )
     return 1 if a.strict and not ok else 0
 
 
@@ -195,14 +241,18 @@ def train_model(a: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     model = train(rows, seed=a.seed, spec=SPEC)
     a.model.write_bytes(model.dump() + b"\n")
-    print(f"trained on {len(rows)} prompts in {time.perf_counter() - t0:.1f} s; "
-          f"{len(model.weights)} features -> {shown_path(a.model)} "
-          f"({a.model.stat().st_size:,} bytes)")
+    print(
+        f"trained on {len(rows)} prompts in {time.perf_counter() - t0:.1f} s; "
+        f"{len(model.weights)} features -> {shown_path(a.model)} "
+        f"({a.model.stat().st_size:,} bytes)"
+    )
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m evals classify", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m evals classify", description=__doc__.split("\n")[0]
+    )
     ap.add_argument("--train", action="store_true", help="fit the model on the train split")
     ap.add_argument("--seed", type=int, default=14)
     ap.add_argument("--model", type=Path, default=MODEL_PATH, help="weights file to write")

@@ -42,12 +42,14 @@ def _matrix(
 def train(
     rows: Sequence[dict[str, Any]],
     seed: int = 14,
-    epochs: int = 400,
-    l2: float = 1e-4,
-    spec: FeatureSpec = FeatureSpec(),
+    epochs: int = 150,
+    l2: float = 0.0,
+    spec: FeatureSpec | None = None,
     min_count: int = 1,
+    balance: float = 1.0,
 ) -> TextModel:
     """A :class:`TextModel` fitted on ``rows`` (``text`` and ``task`` in ``LABELS``)."""
+    spec = spec or FeatureSpec()
     data = [r for r in rows if r["task"] in LABELS]
     random.Random(seed).shuffle(data)
     texts = [r["text"] for r in data]
@@ -60,6 +62,10 @@ def train(
     r, c, v = _matrix(texts, vocab, spec)
     n, d, k = len(texts), len(names), len(LABELS)
     onehot = np.eye(k)[y]
+    # each class weighs the same in the loss, however many prompts it has: no class wins
+    # an unfamiliar prompt just by being the most common one in the corpus
+    share = np.bincount(y, minlength=k) / n
+    sample_w = ((1.0 / (k * share)) ** balance)[y][:, None]
     w, b = np.zeros((d, k)), np.zeros(k)
     mw, vw, mb, vb = np.zeros((d, k)), np.zeros((d, k)), np.zeros(k), np.zeros(k)
     lr, b1, b2, eps = 0.05, 0.9, 0.999, 1e-8
@@ -71,7 +77,7 @@ def train(
         z -= z.max(axis=1, keepdims=True)
         p = np.exp(z)
         p /= p.sum(axis=1, keepdims=True)
-        g = (p - onehot) / n
+        g = (p - onehot) * sample_w / n
         gw = np.zeros((d, k))
         for j in range(k):
             gw[:, j] = np.bincount(c, weights=v * g[r, j], minlength=d)
@@ -89,7 +95,5 @@ def train(
 def _prune(names: list[str], w: np.ndarray, b: np.ndarray, spec: FeatureSpec) -> TextModel:
     """Rounded weights; features whose weights are all tiny are dropped (a smaller file)."""
     keep = np.abs(w).max(axis=1) >= 0.02
-    weights = {
-        f: tuple(round(float(x), 3) for x in w[j]) for j, f in enumerate(names) if keep[j]
-    }
+    weights = {f: tuple(round(float(x), 3) for x in w[j]) for j, f in enumerate(names) if keep[j]}
     return TextModel(LABELS, tuple(round(float(x), 4) for x in b), weights, spec)

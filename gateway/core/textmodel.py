@@ -2,9 +2,10 @@
 
 A prompt becomes a set of features (lower-cased words, single digits and punctuation
 marks; optionally pairs of neighbouring tokens; the first and last few tokens marked as
-such); each known feature carries one weight per class, and the class scores are the bias plus the sum of the weights of the
-features present, divided by the square root of the number of features (a binary,
-L2-normalised bag of n-grams), then a softmax. Unknown features cost one dict miss.
+such); each known feature carries one weight per class, and the class scores are the
+bias plus the sum of the weights of the features present, divided by the square root
+of the number of features (a binary, L2-normalised bag of words), then a softmax.
+Unknown features cost one dict miss.
 
 Only the head and the tail of a long text are read (``scan_chars``), so a 20 KB prompt
 costs about what a 2 KB one does. The weights are a JSON file shipped in the package
