@@ -50,7 +50,7 @@ NATURAL = DATA / "classify_natural.jsonl"
 ACCURACY_TARGET, RECALL_TARGET = 0.90, 0.80
 P99_TARGET_US, P99_20KB_TARGET_US = 100.0, 500.0
 TYPICAL_CHARS = 1000  # a typical prompt: the held-out prompts up to this long
-SPEC = FeatureSpec(scan_chars=1024, bigrams=False, edge=10)
+SPEC = FeatureSpec(scan_chars=512, bigrams=False, edge=10)
 
 
 def load(path: Path) -> list[dict[str, Any]]:
