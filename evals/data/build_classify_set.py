@@ -53,6 +53,11 @@ def _long_text(rng: random.Random) -> str:
     return "\n\n".join(parts)
 
 
+def _longer(rng: random.Random) -> str:
+    """A report of several pages' worth (3-8 KB): the instruction is far from the middle."""
+    return "\n\n".join(_text(rng, 5, 8) for _ in range(rng.randint(6, 14)))
+
+
 def _snippet(rng: random.Random) -> str:
     s = rng.choice(P.SNIPPETS)
     return f"```\n{s}\n```" if rng.random() < 0.5 else s
@@ -75,7 +80,7 @@ SLOTS: dict[str, Slot] = {
     "snippet": _snippet,
     "concept": _pick(P.CONCEPTS),
     "concept2": _pick(P.CONCEPTS),
-    "short": lambda rng: _text(rng, 2, 4),
+    "short": lambda rng: _text(rng, 2, 4), "longer": _longer,
     "fr": _pick(P.CODE_FR),
     "de": _pick(P.CODE_DE),
     "es": _pick(P.CODE_ES),
@@ -264,6 +269,7 @@ REASONING = (
     "Think carefully: a farmer has {a} sheep and all but {c} run away. How many are left?",
 )
 EXTRACTION = (
+    "{longer}\n\n{contact}\n\nFind every email address in the document above.",
     "Name the organisations that appear in this text: {doc}",
     "Which companies, people or places occur here? {doc}",
     "List any brand or company names in the following: {doc}",
@@ -314,6 +320,8 @@ EXTRACTION = (
     "Entnimm diesem Text alle Namen und E-Mail-Adressen: {contact}",
 )
 SUMMARIZATION = (
+    "{longer}\n\nSummarize the report above for the board.", "Please summarise this long document:\n\n{longer}",
+    "Here's the full transcript. {longer}\n\nWhat were the main points?",
     "Summarize this for me: {short}",
     "{short}\n\nCan you give me the short version?",
     "tl;dr of this please: {short}",
