@@ -222,7 +222,7 @@ class Classifier:
         if self._model is None or not text.strip():
             return self._rules.classify.default_task, "default", ()
         p = self._model.predict(text)
-        top = tuple((label, round(score, 3)) for label, score in p.ranked[:3])
+        top = p.ranked[:3]
         if p.confidence < self._min_conf:
             return self._uncertain, f"uncertain {p.label} {p.confidence:.2f}", top
         return self._label_task[p.label], f"model {p.confidence:.2f}", top

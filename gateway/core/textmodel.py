@@ -108,18 +108,17 @@ class TextModel:
 
     def logits(self, text: str) -> list[float]:
         feats = self.spec.of(text)
-        get = self.weights.get
-        rows = [w for f in feats if (w := get(f)) is not None]
+        rows = [*filter(None, map(self.weights.get, feats))]  # the known features' rows
         if not rows:
             return list(self.bias)
         inv = 1.0 / math.sqrt(len(feats))
-        cols = zip(*rows, strict=True)
-        return [b + sum(col) * inv for b, col in zip(self.bias, cols, strict=True)]
+        sums = map(sum, zip(*rows, strict=True))
+        return [b + s * inv for b, s in zip(self.bias, sums, strict=True)]
 
     def predict(self, text: str) -> Prediction:
         z = self.logits(text)
         top = max(z)
         exps = [math.exp(v - top) for v in z]
         total = sum(exps)
-        ranked = sorted(zip((e / total for e in exps), self.labels, strict=True), reverse=True)
-        return Prediction(tuple((label, p) for p, label in ranked))
+        ranked = sorted(zip(exps, self.labels, strict=True), reverse=True)
+        return Prediction(tuple([(label, e / total) for e, label in ranked]))
