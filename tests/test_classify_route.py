@@ -30,7 +30,7 @@ LONG = "The committee met on Tuesday and discussed the budget at length. " * 40
 
 CLASSIFY = [
     # id, body, headers, task, task_source, sla, tier_hint
-    ("chat", chat("How are you today?"), {}, "chat", "default", "interactive", None),
+    ("chat", chat("How are you today?"), {}, "chat", "model", "interactive", None),
     ("tools", chat("weather?", tools=TOOLS), {}, "agent", "tools", "interactive", None),
     (
         "json",
@@ -41,14 +41,22 @@ CLASSIFY = [
         "standard",
         None,
     ),
-    ("fence", chat("Fix this:\n```py\nx=1\n```"), {}, "code", "code", "interactive", None),
-    ("fim", chat("<|fim_prefix|>def f(): <|fim_suffix|>"), {}, "code", "code", "interactive", None),
+    ("fence", chat("Fix this:\n```py\nx=1\n```"), {}, "code", 'cue "```"', "interactive", None),
+    (
+        "fim",
+        chat("<|fim_prefix|>def f(): <|fim_suffix|>"),
+        {},
+        "code",
+        'cue "<|fim_prefix|>"',
+        "interactive",
+        None,
+    ),
     (
         "keywords",
         chat("def add(a, b):\n    return a + b\nwhy?"),
         {},
         "code",
-        "code",
+        'cue "def"+"return"',
         "interactive",
         None,
     ),
@@ -57,7 +65,7 @@ CLASSIFY = [
         chat("I want to import a car"),
         {},
         "chat",
-        "default",
+        "model",
         "interactive",
         None,
     ),
@@ -66,7 +74,7 @@ CLASSIFY = [
         chat(LONG + "\nSummarize the above."),
         {},
         "summarization",
-        "summarization",
+        'cue "summarize"',
         "standard",
         None,
     ),
@@ -75,7 +83,7 @@ CLASSIFY = [
         chat("Summarize your day"),
         {},
         "chat",
-        "default",
+        "model",
         "interactive",
         None,
     ),
@@ -84,19 +92,19 @@ CLASSIFY = [
         chat("Solve for x step by step: 2x+3=7"),
         {},
         "reasoning",
-        "reasoning",
+        'cue "step by step"',
         "standard",
         None,
     ),
     ("task-header", chat("hi"), {"x-gateway-task": "batch"}, "batch", "header", "batch", None),
-    ("sla-header", chat("hi"), {"x-gateway-sla": "batch"}, "chat", "default", "batch", None),
-    ("alias-fast", chat("hi", model="fast"), {}, "chat", "default", "interactive", "highspeed"),
+    ("sla-header", chat("hi"), {"x-gateway-sla": "batch"}, "chat", "model", "batch", None),
+    ("alias-fast", chat("hi", model="fast"), {}, "chat", "model", "interactive", "highspeed"),
     (
         "tier-header",
         chat("hi"),
         {"x-gateway-tier": "standard"},
         "chat",
-        "default",
+        "model",
         "interactive",
         "standard",
     ),
@@ -105,7 +113,7 @@ CLASSIFY = [
         chat("hi"),
         {"x-gateway-tier": "fast"},
         "chat",
-        "default",
+        "model",
         "interactive",
         "highspeed",
     ),
@@ -130,7 +138,9 @@ def test_classify(
     body: bytes, headers: dict[str, str], task: str, source: str, sla: str, hint: str | None
 ) -> None:
     c = Classifier(RULES).classify(parse_chat(body), headers)
-    assert (c.task, c.task_source, c.sla, c.tier_hint) == (task, source, sla, hint)
+    # the model's source carries its probability: "model 0.93"
+    got = "model" if c.task_source.startswith("model ") else c.task_source
+    assert (c.task, got, c.sla, c.tier_hint) == (task, source, sla, hint)
 
 
 def test_classify_completions_prompt() -> None:

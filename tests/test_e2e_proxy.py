@@ -96,7 +96,8 @@ def test_tier_pinning(
 def test_reasoning_goes_to_standard(client: Any) -> None:
     headers, _ = chat(client, "Prove step by step that the square root of 2 is irrational.")
     assert headers["x-gateway-tier"] == "standard"
-    assert "reasoning-to-standard; task=reasoning(reasoning)" in headers["x-gateway-route"]
+    route = headers["x-gateway-route"]
+    assert 'reasoning-to-standard; task=reasoning(cue "step by step")' in route
 
 
 def test_task_and_sla_headers(client: Any) -> None:

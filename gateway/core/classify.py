@@ -6,21 +6,28 @@ arguments. Explicit hints win over the request's shape:
 
 1. headers ``x-gateway-task`` / ``x-gateway-sla`` / ``x-gateway-tier``, and a tier
    alias in ``model`` (``auto``, ``fast``, ``standard`` ... from ``aliases``);
-2. shape: tools -> agent step; JSON ``response_format`` -> extraction; code cues
-   (fences, FIM markers, language keywords) -> code; a long prompt with
-   summarise verbs -> summarization; reasoning cues -> reasoning; else chat.
+2. shape: tools -> agent step; JSON ``response_format`` -> extraction;
+3. the operator's cues in the rules: code (fences, FIM markers, language keywords),
+   summarization (a long prompt with a summarise verb), reasoning;
+4. the learned model (:mod:`gateway.core.textmodel`) on the last user turn: its top
+   class, or ``classify.model.uncertain_task`` when its probability is under
+   ``classify.model.min_confidence``; with the model off, ``default_task``.
 
-Cue search looks at most at ``classify.scan_chars`` characters of the last user turn
-(its head and tail), so its cost does not grow with the prompt.
+``task_source`` says what decided, and goes into ``x-gateway-route``: ``header``,
+``tools``, ``json``, ``cue "prove"``, ``model 0.93``, ``uncertain code 0.41``, ``default``.
+Cue search and the model look at most at ``scan_chars`` characters of the last user turn
+(its head and tail), so their cost does not grow with the prompt.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from gateway.core.request import ClientRequest
 from gateway.core.rules import Rules
+from gateway.core.textmodel import MODEL_PATH, TextModel
 from gateway.errors import InvalidField, ModelNotFound
 
 H_TASK = "x-gateway-task"
@@ -31,7 +38,7 @@ H_TIER = "x-gateway-tier"
 @dataclass(frozen=True, slots=True)
 class Classification:
     task: str
-    task_source: str  # header | tools | json | code | summarization | reasoning | default
+    task_source: str  # header | tools | json | cue "..." | model 0.93 | uncertain x 0.41 | default
     sla: str
     sla_source: str  # header | task
     tier_hint: str | None
@@ -41,6 +48,8 @@ class Classification:
     stream: bool
     prompt_tokens: int
     headers: tuple[tuple[str, str], ...] = ()  # only the headers that rules test
+    max_tokens: int | None = None  # as the client set it
+    scores: tuple[tuple[str, float], ...] = ()  # the model's top classes, when it was asked
 
     def header(self, name: str) -> str | None:
         for k, v in self.headers:
@@ -54,6 +63,24 @@ class Classification:
 
 def _lower(items: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(i.lower() for i in items)
+
+
+def _quote(cue: str) -> str:
+    """A cue as ``x-gateway-route`` shows it: quoted, printable ASCII only."""
+    s = cue.strip().encode("ascii", "backslashreplace").decode("ascii")
+    return '"' + "".join(ch if " " <= ch <= "~" and ch != '"' else "?" for ch in s) + '"'
+
+
+def _cues(items: tuple[str, ...], lower: bool = True) -> tuple[tuple[str, str], ...]:
+    """(text searched for, source shown) pairs."""
+    return tuple((i.lower() if lower else i, f"cue {_quote(i)}") for i in items)
+
+
+def load_model(rules: Rules) -> TextModel | None:
+    m = rules.classify.model
+    if not m.enabled:
+        return None
+    return TextModel.load(Path(m.path) if m.path else MODEL_PATH)
 
 
 def _known(value: str | None, known: Mapping[str, object], header: str, what: str) -> str | None:
@@ -74,13 +101,20 @@ class Classifier:
         c = rules.classify
         self._rules = rules
         self._scan = c.scan_chars
-        self._fences = c.code.fences
-        self._fim = c.code.fim_markers
+        self._marks = _cues((*c.code.fences, *c.code.fim_markers), lower=False)
         self._keywords = _lower(c.code.keywords)
         self._kw_hits = c.code.min_keyword_hits
-        self._verbs = _lower(c.summarization.verbs)
+        self._verbs = _cues(c.summarization.verbs)
         self._sum_min = c.summarization.min_prompt_tokens
-        self._reasoning = _lower(c.reasoning.cues)
+        self._reasoning = _cues(c.reasoning.cues)
+        self._model = load_model(rules)
+        self._min_conf = c.model.min_confidence
+        self._uncertain = c.model.uncertain_task or c.default_task
+        # a model class the rules do not know as a task is taken as the default task
+        self._label_task = {
+            label: (label if label in rules.tasks else c.default_task)
+            for label in (self._model.labels if self._model else ())
+        }
         self._model_tiers = {t.model: name for name, t in rules.tiers.items()}
         names: set[str] = set()
         for r in rules.rules:
@@ -93,10 +127,13 @@ class Classifier:
         has_tools = bool(req.facts.tools)
 
         task = _known(headers.get(H_TASK), rules.tasks, H_TASK, "task")
+        scores: tuple[tuple[str, float], ...] = ()
         if task is not None:
             task_source = "header"
         else:
             task, task_source = self._shape(req, has_tools)
+            if task_source == "":
+                task, task_source, scores = self._learned(req.cue_text)
 
         sla = _known(headers.get(H_SLA), rules.sla_classes, H_SLA, "SLA class")
         if sla is not None:
@@ -121,6 +158,8 @@ class Classifier:
             req.stream,
             req.prompt_tokens,
             hdrs,
+            req.max_tokens,
+            scores,
         )
 
     def _tier_hint(self, model: str, header: str | None) -> tuple[str | None, str | None]:
@@ -148,6 +187,7 @@ class Classifier:
         return model_tier, ("model" if model_tier else None)
 
     def _shape(self, req: ClientRequest, has_tools: bool) -> tuple[str, str]:
+        """Overrides from the request's shape and the rules' cues; ``("", "")``: none."""
         c = self._rules.classify
         if has_tools:
             return c.tools_task, "tools"
@@ -157,25 +197,38 @@ class Classifier:
         if len(text) > self._scan:
             half = self._scan // 2
             text = text[:half] + "\n" + text[-half:]
-        for f in self._fences:
-            if f in text:
-                return c.code.task, "code"
-        for f in self._fim:
-            if f in text:
-                return c.code.task, "code"
+        for mark, source in self._marks:
+            if mark in text:
+                return c.code.task, source
         low = text.lower()
         if self._keywords:
-            hits = 0
+            hits: list[str] = []
             for k in self._keywords:
                 if k in low:
-                    hits += 1
-                    if hits >= self._kw_hits:
-                        return c.code.task, "code"
+                    hits.append(k)
+                    if len(hits) >= self._kw_hits:
+                        return c.code.task, "cue " + "+".join(map(_quote, hits))
         if req.prompt_tokens >= self._sum_min:
-            for v in self._verbs:
+            for v, source in self._verbs:
                 if v in low:
-                    return c.summarization.task, "summarization"
-        for r in self._reasoning:
+                    return c.summarization.task, source
+        for r, source in self._reasoning:
             if r in low:
-                return c.reasoning.task, "reasoning"
-        return c.default_task, "default"
+                return c.reasoning.task, source
+        return "", ""
+
+    def _learned(self, text: str) -> tuple[str, str, tuple[tuple[str, float], ...]]:
+        """The model's verdict on ``text``: (task, source, top classes)."""
+        if self._model is None or not text.strip():
+            return self._rules.classify.default_task, "default", ()
+        p = self._model.predict(text)
+        top = p.ranked[:3]
+        if p.confidence < self._min_conf:
+            return self._uncertain, f"uncertain {p.label} {p.confidence:.2f}", top
+        return self._label_task[p.label], f"model {p.confidence:.2f}", top
+
+    def scores(self, req: ClientRequest) -> tuple[tuple[str, float], ...]:
+        """Every class of the model with its probability, most likely first (``explain``)."""
+        if self._model is None:
+            return ()
+        return tuple((k, round(v, 4)) for k, v in self._model.predict(req.cue_text).ranked)

@@ -1,5 +1,6 @@
 """What the gateway would do with a request, without sending it (``gateway explain``,
-``POST /admin/explain``). Pure: rules, policy and pool health in, a JSON-able dict out."""
+``POST /admin/explain``). Pure: rules, policy and pool health in, a JSON-able dict out;
+``classifier`` shows what decided the task and the learned model's top classes."""
 
 from __future__ import annotations
 
@@ -31,11 +32,17 @@ def explain(
         path = "/v1/completions"
     parse = parse_completion if path.endswith("/v1/completions") else parse_chat
     req = parse(orjson.dumps(body))
-    cls = Classifier(rules).classify(req, headers)
+    classifier = Classifier(rules)
+    cls = classifier.classify(req, headers)
     d = Router(rules).decide(cls, health or {}, eff or OPEN)
     out = asdict(d)
     out["cls"] = asdict(cls)
     out["route_header"] = d.route_header
+    # the model's view even where a header, the shape or a cue decided
+    out["classifier"] = {
+        "decided_by": cls.task_source,
+        "top": [{"task": t, "score": p} for t, p in classifier.scores(req)[:3]],
+    }
     if eff is not None and eff.tenant_id is not None:
         out["policy"] = {
             name: {"value": getattr(eff.policy, name), "level": eff.who(name)}

@@ -31,6 +31,7 @@ class ClientRequest:
     cue_text: str  # the text the classifier searches for cues (last user turn / prompt)
     prompt_chars: int  # size of the whole prompt, for the token estimate
     affinity: int = 0  # hash of the prompt's head: same head -> same replica (prefix cache)
+    max_tokens: int | None = None  # max_tokens / max_completion_tokens, when the client set one
 
     @property
     def prompt_tokens(self) -> int:
@@ -82,7 +83,7 @@ def _decode(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def _common(body: dict[str, Any]) -> tuple[str, bool, bool]:
+def _common(body: dict[str, Any]) -> tuple[str, bool, int | None]:
     model = body.get("model")
     if model is None:
         raise _missing("model")
@@ -91,7 +92,7 @@ def _common(body: dict[str, Any]) -> tuple[str, bool, bool]:
     stream = body.get("stream", False)
     if stream is not None and not isinstance(stream, bool):
         raise _type("stream", "a boolean", stream)
-    max_set = False
+    max_tokens: int | None = None
     for p in ("max_tokens", "max_completion_tokens"):
         v = body.get(p)
         if v is not None:
@@ -99,11 +100,11 @@ def _common(body: dict[str, Any]) -> tuple[str, bool, bool]:
                 raise InvalidField(
                     f"Invalid '{p}': expected an integer >= 1.", param=p, code="invalid_value"
                 )
-            max_set = True
+            max_tokens = v if max_tokens is None else min(max_tokens, v)
     so = body.get("stream_options")
     if so is not None and not isinstance(so, dict):
         raise _type("stream_options", "an object", so)
-    return model, bool(stream), max_set
+    return model, bool(stream), max_tokens
 
 
 def _content_text(content: object, param: str) -> str:
@@ -174,7 +175,8 @@ def _response_format(body: dict[str, Any]) -> tuple[bool, dict[str, Any] | None]
 
 def parse_chat(raw: bytes) -> ClientRequest:
     body = _decode(raw)
-    model, stream, max_set = _common(body)
+    model, stream, max_tokens = _common(body)
+    max_set = max_tokens is not None
     messages = body.get("messages")
     if messages is None:
         raise _missing("messages")
@@ -208,12 +210,15 @@ def parse_chat(raw: bytes) -> ClientRequest:
     facts = RequestFacts(
         max_tokens_set=max_set, json_mode=json_mode, json_schema=schema, tools=tools
     )
-    return ClientRequest("chat", body, model, stream, facts, last_user, chars, _affinity(head))
+    return ClientRequest(
+        "chat", body, model, stream, facts, last_user, chars, _affinity(head), max_tokens
+    )
 
 
 def parse_completion(raw: bytes) -> ClientRequest:
     body = _decode(raw)
-    model, stream, max_set = _common(body)
+    model, stream, max_tokens = _common(body)
+    max_set = max_tokens is not None
     prompt = body.get("prompt")
     if prompt is None:
         raise _missing("prompt")
@@ -225,10 +230,13 @@ def parse_completion(raw: bytes) -> ClientRequest:
         text = ""  # token ids: nothing to search, size counted by ids
         chars = len(prompt) * 4
         facts = RequestFacts(max_tokens_set=max_set, json_mode=False, json_schema=None, tools={})
-        return ClientRequest("completions", body, model, stream, facts, text, chars)
+        return ClientRequest(
+            "completions", body, model, stream, facts, text, chars, max_tokens=max_tokens
+        )
     else:
         raise _type("prompt", "a string, an array of strings or an array of token ids", prompt)
     facts = RequestFacts(max_tokens_set=max_set, json_mode=False, json_schema=None, tools={})
+    affinity = _affinity(text[:256])
     return ClientRequest(
-        "completions", body, model, stream, facts, text, len(text), _affinity(text[:256])
+        "completions", body, model, stream, facts, text, len(text), affinity, max_tokens
     )

@@ -58,6 +58,10 @@ def matches(w: When, c: Classification) -> bool:
         return False
     if w.max_prompt_tokens is not None and c.prompt_tokens > w.max_prompt_tokens:
         return False
+    if w.min_max_tokens is not None and (c.max_tokens is None or c.max_tokens < w.min_max_tokens):
+        return False
+    if w.max_max_tokens is not None and (c.max_tokens is None or c.max_tokens > w.max_max_tokens):
+        return False
     if w.headers:
         for k, v in w.headers.items():
             if c.header(k.lower()) != v:
@@ -84,6 +88,8 @@ class Router:
             if matches(r.when, c):
                 rule, name = r, r.name
                 break
+        if rule.sla is not None and c.sla_source == "task":
+            c = replace(c, sla=rule.sla, sla_source=f"rule {name}")
         chain = (rule.tier, *(t for t in rule.fallback if t != rule.tier))
         why = [f"tier={rule.tier}"]
         hint, hint_by = c.tier_hint, c.hint_source

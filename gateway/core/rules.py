@@ -123,6 +123,30 @@ class ReasoningCues(_Strict):
     cues: tuple[str, ...] = ()
 
 
+class ModelSettings(_Strict):
+    """The learned classifier, asked when no header, shape or cue decided."""
+
+    enabled: bool = True
+    path: str | None = Field(
+        default=None,
+        description="weights (JSON) written by `python -m evals classify --train`; "
+        "null: the model shipped in the package",
+    )
+    min_confidence: float = Field(
+        default=0.5, ge=0, le=1, description="a top class below this probability is uncertain"
+    )
+    uncertain_task: str | None = Field(
+        default=None, description="the task of an uncertain request; null: default_task"
+    )
+
+    @field_validator("path")
+    @classmethod
+    def _readable(cls, v: str | None) -> str | None:
+        if v is not None and not Path(v).is_file():
+            raise ValueError(f"no model file at {v!r}")
+        return v
+
+
 class Classify(_Strict):
     tools_task: str = "agent"
     json_task: str = "extraction"
@@ -130,6 +154,7 @@ class Classify(_Strict):
     code: CodeCues = CodeCues()
     summarization: SummarizationCues = SummarizationCues()
     reasoning: ReasoningCues = ReasoningCues()
+    model: ModelSettings = ModelSettings()
     scan_chars: int = Field(
         default=4096, ge=64, description="cue search looks at this many chars of the last turn"
     )
@@ -145,10 +170,21 @@ class When(_Strict):
     stream: bool | None = None
     min_prompt_tokens: int | None = Field(default=None, ge=0)
     max_prompt_tokens: int | None = Field(default=None, ge=0)
+    min_max_tokens: int | None = Field(
+        default=None, ge=1, description="the client's max_tokens is at least this (unset: no match)"
+    )
+    max_max_tokens: int | None = Field(
+        default=None, ge=1, description="the client's max_tokens is at most this (unset: no match)"
+    )
 
 
 class Route(_Strict):
     tier: str
+    sla: str | None = Field(
+        default=None,
+        description="SLA class of the requests this rule takes, unless a header or the "
+        "tenant's policy named one (e.g. long generations as batch)",
+    )
     fallback: tuple[str, ...] = ()
     checks: tuple[str, ...] = ()
     hold_back: bool = Field(
@@ -259,6 +295,8 @@ def cross_check(r: Rules) -> list[str]:
 
     def route(path: str, rt: Route) -> None:
         tier(f"{path}.tier", rt.tier)
+        if rt.sla is not None:
+            sla(f"{path}.sla", rt.sla)
         for i, t in enumerate(rt.fallback):
             tier(f"{path}.fallback[{i}]", t)
         for i, c in enumerate(rt.checks):
@@ -279,6 +317,7 @@ def cross_check(r: Rules) -> list[str]:
         ("classify.code.task", c.code.task),
         ("classify.summarization.task", c.summarization.task),
         ("classify.reasoning.task", c.reasoning.task),
+        ("classify.model.uncertain_task", c.model.uncertain_task or c.default_task),
     ):
         task(path, name)
     names: set[str] = set()
