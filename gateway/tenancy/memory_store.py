@@ -98,11 +98,12 @@ class MemoryStore:
         completion: int,
         fallback: str | None,
         p: Policy,
+        micro_usd: int = 0,
     ) -> None:
         u = self._usage.setdefault((tenant_id, today()), {})
-        for k, n in usage_fields(tier, prompt, completion, fallback):
+        for k, n in usage_fields(tier, prompt, completion, fallback, micro_usd):
             u[k] = u.get(k, 0) + n
-        self._limiter.debit(tenant_id, prompt + completion, p)
+        self._limiter.debit(tenant_id, prompt + completion, p, micro_usd=micro_usd)
 
     async def usage(self, tenant_id: str, day: str | None = None) -> dict[str, int]:
         return dict(self._usage.get((tenant_id, day or today()), {}))

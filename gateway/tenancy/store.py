@@ -65,6 +65,7 @@ class Store(Protocol):
         completion: int,
         fallback: str | None,
         p: Policy,
+        micro_usd: int = 0,
     ) -> None: ...
     async def usage(self, tenant_id: str, day: str | None = None) -> dict[str, int]: ...
 
@@ -90,15 +91,18 @@ def today() -> str:
 
 
 def usage_fields(
-    tier: str, prompt: int, completion: int, fallback: str | None
+    tier: str, prompt: int, completion: int, fallback: str | None, micro_usd: int = 0
 ) -> list[tuple[str, int]]:
-    """The usage counters one answered request adds to: (field, amount)."""
+    """The usage counters one answered request adds to: (field, amount). Cost is counted
+    in micro-USD (``cost_micro_usd``), so that every counter stays an integer."""
     out = [
         ("requests", 1),
         (f"tokens:{tier}", prompt + completion),
         ("prompt_tokens", prompt),
         ("completion_tokens", completion),
     ]
+    if micro_usd:
+        out += [("cost_micro_usd", micro_usd), (f"cost_micro_usd:{tier}", micro_usd)]
     if fallback:
         out.append((f"fallbacks:{fallback}", 1))
     return out
