@@ -20,7 +20,7 @@ from typing import Any
 
 from gateway.errors import RateLimited, ServiceUnavailable, Unauthorized
 from gateway.tenancy.limits import ALLOW, Admission, LocalLimiter
-from gateway.tenancy.store import Store, StoreUnavailable
+from gateway.tenancy.store import Store, StoreUnavailable, Used
 from gateway.tenancy.tenants import OPEN, Effective, effective_policy, key_digest
 
 log = logging.getLogger("gateway.access")
@@ -142,9 +142,8 @@ class Access:
         try:
             if eff.policy.max_concurrent_requests:
                 await self.store.release(eff.tenant_id, rid)
-            await self.store.record_usage(
-                eff.tenant_id, tier, prompt, completion, fallback, eff.policy, micro
-            )
+            used = Used(tier, prompt, completion, fallback, micro)
+            await self.store.record_usage(eff.tenant_id, used, eff.policy)
         except StoreUnavailable:
             self._local.release(eff.tenant_id, rid)
             self._local.debit(eff.tenant_id, prompt + completion, eff.policy, micro_usd=micro)

@@ -27,6 +27,7 @@ from gateway.tenancy.store import (
     SHADOW_MAX,
     Conflict,
     StoreUnavailable,
+    Used,
     today,
     usage_fields,
 )
@@ -206,19 +207,15 @@ class RedisStore:
     async def record_usage(
         self,
         tenant_id: str,
-        tier: str,
-        prompt: int,
-        completion: int,
-        fallback: str | None,
+        used: Used,
         p: Policy,
-        micro_usd: int = 0,
     ) -> None:
         now = time.time()
         period = p.token_budget.period if p.token_budget else "day"
         cost_period = p.cost_budget.period if p.cost_budget else "day"
         pipe = self._r.pipeline(transaction=False)
         ukey = self._t(tenant_id, "usage:" + today())
-        for k, n in usage_fields(tier, prompt, completion, fallback, micro_usd):
+        for k, n in usage_fields(used):
             pipe.hincrby(ukey, k, n)
         pipe.expire(ukey, 40 * 86400)
         await self._call(pipe.execute())
@@ -233,9 +230,9 @@ class RedisStore:
                 args=[
                     int(now * 1000),
                     p.tokens_per_minute or 0,
-                    prompt + completion,
+                    used.tokens,
                     ttl,
-                    micro_usd,
+                    used.micro_usd,
                     2 * 86400 if cost_period == "day" else 40 * 86400,
                 ],
             )
