@@ -33,7 +33,7 @@ MODEL = "anthropic/claude-haiku-4-5"  # in LiteLLM's map: $1 / $5 per 1M tokens,
 def start_fake_anthropic() -> tuple[Proc, str]:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    argv = [sys.executable, str(ROOT / "tests" / "fake_anthropic.py"), "--port", str(port)]
+    argv = [sys.executable, "-m", "evals.bench.fake_anthropic", "--port", str(port)]
     return Proc(argv, f"{base}/health"), base
 
 

@@ -68,15 +68,20 @@ _TOP = ("id", "object", "created", "model", "system_fingerprint")
 _MESSAGE = ("role", "content", "tool_calls", "reasoning_content", "refusal")
 _USAGE = ("prompt_tokens", "completion_tokens", "total_tokens")
 _TIER_FAULT = frozenset((401, 403, 404))  # the tier's key or model is wrong, not the request
+_LITELLM_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy")
 _RELAYED_TYPE = MappingProxyType({413: "request_too_large"})
 
 
 def load_litellm() -> Any:
-    """The litellm module, imported on first use, offline, and quiet on errors (it prints
-    a help banner to stdout for every exception otherwise)."""
+    """The litellm module, imported on first use, offline, and quiet: no help banner on
+    stdout for every exception, no INFO line of its own for every call (its log handler
+    writing to stderr beside ours tripled its added latency), no tokenizer downloads."""
     litellm_offline()
     mod: Any = importlib.import_module("litellm")
     mod.suppress_debug_info = True
+    mod.disable_hf_tokenizer_download = True
+    for name in _LITELLM_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
     return mod
 
 

@@ -1,13 +1,13 @@
 """A fake Anthropic Messages API on loopback: the provider side of a hosted (LiteLLM) tier.
 
-Started as its own process on a real socket (``python tests/fake_anthropic.py --port P``)
+Started as its own process on a real socket (``python -m evals.bench.fake_anthropic --port P``)
 or built in process with :func:`make_app` (the benchmark). It speaks Anthropic's wire
 format: ``POST /v1/messages`` with ``x-api-key`` and ``anthropic-version``; a JSON
 ``message`` answer, or with ``stream: true`` Anthropic's SSE events (``message_start``,
 ``content_block_start``, ``ping``, ``content_block_delta``, ``content_block_stop``,
 ``message_delta``, ``message_stop``), and its error envelope.
 
-Directives inside any message, for the tests (the same style as ``fake_engine.py``)::
+Directives inside any message, for the tests (the same style as ``tests/fake_engine.py``)::
 
     [[hosted: status=429]]      answer HTTP 429 (rate_limit_error); 400, 500, 529 likewise
     [[hosted: text=Hi there]]   answer "Hi there" (streamed word by word)
