@@ -9,6 +9,7 @@ network: LiteLLM reads the price map it ships.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -218,6 +219,82 @@ def test_no_prefill_model_ends_with_the_real_failure(hosted: Any) -> None:
     assert "stream_broken" in raw and "stream_error" in raw and "400" not in raw
     assert raw.rstrip().splitlines()[-1].startswith(": x-gateway-fallback highspeed:stream_error")
     assert received(hosted.anthropic) == []
+
+
+def _open(anthropic: str, path: str, body: dict[str, Any], stream: bool, total: float = 20) -> Any:
+    """The transport in this process (LiteLLM imported here): all the answer, or the error."""
+    from gateway.upstream.litellm_transport import LiteLLMTransport, load_litellm
+    from gateway.upstream.transport import AttemptError, Timeouts
+
+    params = {"model": MODEL, "api_base": anthropic, "api_key": "k"}
+
+    async def go() -> Any:
+        t = LiteLLMTransport(params)
+        try:
+            s = await t.open(
+                "litellm:" + MODEL + path, json.dumps(body).encode(), Timeouts(total, 2, 5), stream
+            )
+            out = []
+            while chunk := await s.read():
+                out.append(chunk)
+            return b"".join(out)
+        except AttemptError as e:
+            return e
+        finally:  # LiteLLM keeps its HTTP clients across calls: this loop's end is theirs
+            await load_litellm().close_litellm_async_clients()
+
+    return asyncio.run(go())
+
+
+def test_transport_answers_json_and_text_completions(hosted: Any) -> None:
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 20}
+    answer = json.loads(_open(hosted.anthropic, "/v1/chat/completions", chat, stream=False))
+    assert answer["object"] == "chat.completion"
+    assert answer["choices"][0] == {
+        "index": 0,
+        "message": {"role": "assistant", "content": "Hosted echo: hi"},
+        "finish_reason": "stop",
+    }
+    assert set(answer["usage"]) == {"prompt_tokens", "completion_tokens", "total_tokens"}
+    text = {"prompt": "Say hi", "max_tokens": 20}
+    answer = json.loads(_open(hosted.anthropic, "/v1/completions", text, stream=False))
+    assert answer["choices"][0]["text"] == "Hosted echo: Say hi"
+    events = _open(hosted.anthropic, "/v1/completions", text, stream=True).decode()
+    assert events.endswith("data: [DONE]\n\n")
+    parts = [json.loads(e[6:]) for e in events.split("\n\n") if e.startswith("data: {")]
+    assert "".join(p["choices"][0]["text"] for p in parts if p["choices"]) == "Hosted echo: Say hi"
+
+
+@pytest.mark.parametrize(
+    ("directive", "kind", "retryable", "transient", "timeout"),
+    [
+        ("status=429", "http_429", True, True, False),
+        ("status=500", "http_500", True, True, False),
+        ("status=529", "http_500", True, True, False),  # LiteLLM: overloaded is a 500
+        ("status=401", "http_401", True, False, False),  # the tier's key: not the request's
+        ("status=400", "http_400", False, False, False),  # relayed
+        ("delay=3", "timeout", True, False, True),
+    ],
+)
+def test_exceptions_become_the_same_fallback_triggers(
+    hosted: Any, directive: str, kind: str, retryable: bool, transient: bool, timeout: bool
+) -> None:
+    chat = {"messages": [{"role": "user", "content": f"[[hosted: {directive}]]"}]}
+    err = _open(hosted.anthropic, "/v1/chat/completions", chat, stream=True, total=1.0)
+    assert (err.kind, err.retryable, err.transient, err.timeout) == (
+        kind,
+        retryable,
+        transient,
+        timeout,
+    )
+    if not retryable:
+        assert json.loads(err.body)["error"]["type"] == "invalid_request_error"
+
+
+def test_unreachable_provider_is_a_retryable_failure() -> None:
+    chat = {"messages": [{"role": "user", "content": "hi"}]}
+    err = _open(f"http://127.0.0.1:{free_port()}", "/v1/chat/completions", chat, stream=True)
+    assert err.retryable and err.kind in ("upstream", "http_500")  # LiteLLM: a 500, mostly
 
 
 def test_hosted_tier_rules_defaults_and_errors() -> None:

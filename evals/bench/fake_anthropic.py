@@ -12,6 +12,7 @@ Directives inside any message, for the tests (the same style as ``tests/fake_eng
     [[hosted: status=429]]      answer HTTP 429 (rate_limit_error); 400, 500, 529 likewise
     [[hosted: text=Hi there]]   answer "Hi there" (streamed word by word)
     [[hosted: error_after=2]]   a stream that sends 2 deltas, then an ``error`` event
+    [[hosted: delay=2]]         wait 2 s before answering
 
 Without directives the answer is ``Hosted echo: <last user text>``. A trailing assistant
 message is a prefill: the answer continues it (the rest of ``text`` after it), unless
@@ -22,6 +23,7 @@ the model takes none (``NO_PREFILL``): then 400, as a model without prefill answ
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import re
 from typing import Any
@@ -92,6 +94,8 @@ class FakeAnthropic:
             }
         )
         d = directives(body)
+        if "delay" in d:
+            await asyncio.sleep(float(d["delay"]))
         if "status" in d:
             return _error(int(d["status"]), f"fake error {d['status']}")
         text, prefill = answer_text(body, d)

@@ -203,7 +203,7 @@ def clean(obj: dict[str, Any]) -> dict[str, Any]:
             if isinstance(ch.get(part), dict):
                 c[part] = {k: ch[part][k] for k in _MESSAGE if ch[part].get(k) is not None}
         if "text" in ch:
-            c["text"] = ch["text"]
+            c["text"] = ch["text"] or ""
         c["finish_reason"] = ch.get("finish_reason")
         if ch.get("logprobs") is not None:
             c["logprobs"] = ch["logprobs"]
