@@ -36,7 +36,7 @@ HOSTED_MODEL = "anthropic/claude-haiku-4-5"
 TARGETS = ("raw direct", "raw via gateway", "anthropic direct", "litellm via gateway")
 
 
-def rules(raw: str, anthropic: str) -> dict[str, Any]:
+def rules(raw: str, anthropic: str, upstream_stream: bool = True) -> dict[str, Any]:
     data: dict[str, Any] = yaml.safe_load((ROOT / "routing_rules.yaml").read_text())
     data["tiers"] = {
         "highspeed": {"model": "fake-model", "endpoints": [raw]},
@@ -47,6 +47,7 @@ def rules(raw: str, anthropic: str) -> dict[str, Any]:
                 "api_base": anthropic,
                 "api_key": "os.environ/BENCH_ANTHROPIC_KEY",
             },
+            "upstream_stream": upstream_stream,
         },
     }
     data["default"].pop("hedge_after", None)
@@ -140,13 +141,23 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--requests", type=int, default=300, help="per target and mode")
     ap.add_argument("--warmup", type=int, default=30)
+    ap.add_argument(
+        "--no-upstream-stream",
+        action="store_true",
+        help="the LiteLLM tier's upstream_stream: false (non-streamed clients get LiteLLM's "
+        "non-stream call)",
+    )
     a = ap.parse_args(argv)
     ports = {"raw": free_port(), "anthropic": free_port(), "gateway": free_port()}
     tmp = Path(tempfile.mkdtemp(prefix="bench-hosted-"))
     rules_path = tmp / "rules.yaml"
     rules_path.write_text(
         yaml.safe_dump(
-            rules(f"http://127.0.0.1:{ports['raw']}", f"http://127.0.0.1:{ports['anthropic']}")
+            rules(
+                f"http://127.0.0.1:{ports['raw']}",
+                f"http://127.0.0.1:{ports['anthropic']}",
+                not a.no_upstream_stream,
+            )
         )
     )
     py = sys.executable
