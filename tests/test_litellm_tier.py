@@ -61,6 +61,17 @@ def hosted_rules(anthropic: str) -> dict[str, Any]:
     rules["rules"].insert(
         0,
         {
+            "name": "hedge",
+            "when": {"headers": {"x-test": "hedge"}},
+            "tier": "highspeed",
+            "fallback": ["hosted"],
+            "checks": ["non_empty"],
+            "hedge_after": 0.2,
+        },
+    )
+    rules["rules"].insert(
+        0,
+        {
             "name": "no-prefill",
             "when": {"headers": {"x-test": "noprefill"}},
             "tier": "highspeed",
@@ -295,6 +306,44 @@ def test_unreachable_provider_is_a_retryable_failure() -> None:
     chat = {"messages": [{"role": "user", "content": "hi"}]}
     err = _open(f"http://127.0.0.1:{free_port()}", "/v1/chat/completions", chat, stream=True)
     assert err.retryable and err.kind in ("upstream", "http_500")  # LiteLLM: a 500, mostly
+
+
+def test_hosted_tier_wins_a_hedge(hosted: Any) -> None:
+    body = {"model": "auto", "messages": [{"role": "user", "content": "[[highspeed: delay=3]]"}]}
+    st, answer, headers = post(hosted.url, body, {"x-test": "hedge"})
+    assert st == 200 and headers["x-gateway-tier"] == "hosted"
+    assert headers["x-gateway-hedge"] == "hosted after 0.2s; hosted won"
+    assert answer["choices"][0]["message"]["content"].startswith("Hosted echo")
+
+
+def test_hosted_answer_that_fails_a_check_falls_back(hosted: Any) -> None:
+    leak = "[[hosted: text=Here you go.<|im_end|><|im_start|>user]]"
+    body = {"model": "hosted", "messages": [{"role": "user", "content": leak}]}
+    st, answer, headers = post(hosted.url, body)
+    assert st == 200 and headers["x-gateway-tier"] == "standard"
+    assert headers["x-gateway-fallback"] == "hosted:check_template_leak -> standard"
+    assert "<|im_end|>" not in answer["choices"][0]["message"]["content"]
+
+
+def test_hosted_stream_broken_midway_is_continued_on_the_next_tier(hosted: Any) -> None:
+    headers, events, comments = sse(
+        hosted.url, f"q [[*: text={ANSWER}; per=1]] [[hosted: error_after=10]]", model="hosted"
+    )
+    assert headers["x-gateway-tier"] == "hosted"
+    assert content(events) == ANSWER
+    assert comments[-1] == ": x-gateway-fallback hosted:stream_cut -> standard"
+
+
+def post(
+    url: str, body: dict[str, Any], headers: dict[str, str] | None = None
+) -> tuple[int, Any, dict[str, str]]:
+    req = urllib.request.Request(
+        f"{url}/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", **(headers or {})},
+    )
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return r.status, json.loads(r.read()), {k.lower(): v for k, v in r.headers.items()}
 
 
 def test_hosted_tier_rules_defaults_and_errors() -> None:
