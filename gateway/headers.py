@@ -8,4 +8,5 @@ H_REQUEST_ID = "x-request-id"
 H_BACKOFF = "x-gateway-backoff-ms"  # deliberate waits before retrying a tier (not overhead)
 H_CHECKS_FAILED = "x-gateway-checks-failed"  # the last tier's answer failed this check
 H_SHOULD_RETRY = "x-should-retry"  # "false" once every tier was tried (the openai SDKs obey it)
+H_COST = "x-gateway-cost-usd"  # the answer's price (streams: a trailing SSE comment)
 H_HEDGE = "x-gateway-hedge"  # a hedge fired: which tier started beside the first, which won

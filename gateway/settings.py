@@ -146,3 +146,15 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: object)
     if environ is None:
         return Settings(**values)  # type: ignore[arg-type]
     return Settings.model_validate(values)
+
+
+def env_reference(name: str) -> str | None:
+    """The value a rules file names as ``os.environ/NAME`` (LiteLLM's syntax for secrets),
+    read when the tier is built: keys never sit in the rules file."""
+    return os.environ.get(name)
+
+
+def litellm_offline() -> None:
+    """LiteLLM downloads its model price map at import (with retries that stall start-up
+    for seconds) unless told to use the copy it ships: a gateway must not depend on that."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")

@@ -57,9 +57,45 @@ class StreamSettings(_Strict):
 
 
 Continuation = Literal["continue_final_message", "continue_final_message_no_gen", "prefill", "off"]
+Provider = Literal["openai", "litellm"]
+
+
+class Price(_Strict):
+    """A self-hosted tier's price, USD per 1M tokens (e.g. its GPU-hour cost / throughput)."""
+
+    input_per_1m: float = Field(ge=0)
+    output_per_1m: float = Field(ge=0)
+
+
+def _hosted_defaults(data: dict[str, Any]) -> dict[str, Any]:
+    """A ``provider: litellm`` tier: its model from ``litellm_params``, no endpoints to
+    probe, continuation by assistant prefill (LiteLLM says per model whether it works)."""
+    params = data.get("litellm_params")
+    if not isinstance(params, dict) or not isinstance(params.get("model"), str):
+        raise ValueError("a litellm tier needs litellm_params with a model (as in LiteLLM)")
+    data = {**data}
+    data.setdefault("model", params["model"])
+    data.setdefault("endpoints", ["litellm:" + params["model"]])
+    data.setdefault("health", {"enabled": False})
+    data.setdefault("continuation", "prefill")
+    if data["continuation"] not in ("prefill", "off"):
+        raise ValueError("a litellm tier continues by 'prefill' or not at all ('off')")
+    return data
 
 
 class Tier(_Strict):
+    provider: Provider = Field(
+        default="openai",
+        description="openai: OpenAI-compatible engines at `endpoints`; litellm: a hosted "
+        "model called through LiteLLM with `litellm_params`",
+    )
+    litellm_params: dict[str, Any] | None = Field(
+        default=None,
+        description="as in a LiteLLM config (model, api_base, api_key: os.environ/NAME ...)",
+    )
+    price: Price | None = Field(
+        default=None, description="USD per 1M tokens; litellm tiers: LiteLLM's price map"
+    )
     model: str = Field(min_length=1, description="model name sent to the engines")
     endpoints: tuple[str, ...] = Field(min_length=1)
     timeouts: Timeouts = Timeouts()
@@ -87,8 +123,19 @@ class Tier(_Strict):
         "llama.cpp close idle connections after 5 s), so we never reuse one it closed",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _provider(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("provider") == "litellm":
+            return _hosted_defaults(data)
+        if isinstance(data, dict) and data.get("litellm_params") is not None:
+            raise ValueError("litellm_params needs provider: litellm")
+        return data
+
     @model_validator(mode="after")
     def _http(self) -> Tier:
+        if self.provider == "litellm":
+            return self
         for url in self.endpoints:
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"endpoint {url!r} is not an http(s) URL")

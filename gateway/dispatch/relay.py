@@ -29,7 +29,7 @@ from gateway.dispatch.opening import StreamStart
 from gateway.dispatch.outcome import Failure, Trail, describe_fallback
 from gateway.dispatch.splice import DONE, Splice
 from gateway.errors import GatewayError, StreamBroken, error_body
-from gateway.headers import H_FALLBACK
+from gateway.headers import H_COST, H_FALLBACK
 from gateway.upstream.sse import StreamState, data_payloads
 from gateway.upstream.transport import AttemptError
 
@@ -77,6 +77,7 @@ class StreamRelay:
         self._splice: Splice | None = None
         self._guard = LoopGuard() if "repetition" in call.d.checks else None
         self._last: StreamState = start.state
+        self._pool = start.pool  # the tier whose price the answer is charged at
 
     def abandon(self) -> None:
         """The client never got a response head: drop the upstream stream."""
@@ -204,7 +205,7 @@ class StreamRelay:
                 sink, f"The stream broke off: {why}; continuing it on another tier failed too."
             )
             return
-        self._active, self._last = nxt, nxt.state
+        self._active, self._last, self._pool = nxt, nxt.state, nxt.pool
         if self._guard is not None:
             self._guard = LoopGuard()  # the continuation's own text
         self._splice = Splice(state, prefix, self.sent_tokens, self._client_wants_usage())
@@ -237,12 +238,19 @@ class StreamRelay:
             return self.start.state.usage
         return {"prompt_tokens": 0, "completion_tokens": self.sent_tokens}
 
+    def cost(self) -> float | None:
+        """USD at the answering tier's price (a continuation's first part included)."""
+        return self._pool.cost(self.usage())
+
     # -- endings -----------------------------------------------------------------------------
     async def _error(self, sink: Sink, message: str) -> None:
         self.broken = True
         await sink.write(b"data: " + error_body(StreamBroken(message)) + b"\n\n" + DONE)
 
     async def _epilogue(self, sink: Sink) -> None:
+        cost = self.cost()
+        if cost is not None:
+            await sink.write(f": {H_COST} {cost:.9f}\n\n".encode())
         fb = describe_fallback(self.trail.failures, self.tier)
         if fb:
             await sink.write(f": {H_FALLBACK} {fb}\n\n".encode("ascii", "replace"))

@@ -53,6 +53,7 @@ M_OVERHEAD = "gateway_overhead_seconds"
 M_SHADOW = "gateway_shadow_comparisons"
 M_SHADOW_SIM = "gateway_shadow_similarity"
 M_SHADOW_FAIL = "gateway_shadow_failures"
+M_COST = "gateway_cost_usd"  # Prometheus: gateway_cost_usd_total
 
 A_TIER, A_TASK, A_SLA, A_TENANT = "tier", "task", "sla", "tenant"
 A_STATUS, A_STREAM, A_REASON, A_CHECK = "status", "stream", "reason", "check"
@@ -113,7 +114,7 @@ _SLICE_S = 0.001  # the flusher yields to the event loop at least this often
 
 access_log = logging.getLogger("gateway.access")
 _NO_SPAN: AbstractContextManager[trace.Span] = contextlib.nullcontext(trace.INVALID_SPAN)
-_Sums = dict[tuple[Any, tuple[tuple[str, str], ...]], int]
+_Sums = dict[tuple[Any, tuple[tuple[str, str], ...]], float]
 _BASE = (A_TIER, A_TASK, A_SLA, A_TENANT)
 
 
@@ -136,6 +137,7 @@ class RequestRecord:
     failures: list[tuple[str, str, float]] = field(default_factory=list)  # tier, kind, secs
     ok_attempt_s: float | None = None
     error_code: str | None = None
+    cost_usd: float | None = None
 
 
 class Telemetry:
@@ -188,6 +190,7 @@ class Telemetry:
         self.shadow_comparisons = m.create_counter(M_SHADOW, description="shadow answers")
         self.shadow_similarity = m.create_histogram(M_SHADOW_SIM, description="token F1")
         self.shadow_failures = m.create_counter(M_SHADOW_FAIL, description="shadow errors")
+        self.cost = m.create_counter(M_COST, description="USD of answers, at the tiers' prices")
         self._pending: list[RequestRecord] = []
         self._tenants: set[str] = set()
         self._interval = flush_interval
@@ -256,10 +259,8 @@ class Telemetry:
             return tenant
         return "other"
 
-    def _record(
-        self, r: RequestRecord, sums: dict[tuple[Any, tuple[tuple[str, str], ...]], int]
-    ) -> None:
-        def count(counter: Any, n: int, *attrs: tuple[str, str]) -> None:
+    def _record(self, r: RequestRecord, sums: _Sums) -> None:
+        def count(counter: Any, n: float, *attrs: tuple[str, str]) -> None:
             key = (counter, attrs)
             sums[key] = sums.get(key, 0) + n
 
@@ -284,6 +285,8 @@ class Telemetry:
             count(self.tokens, r.prompt_tokens, *base, (A_DIRECTION, "in"))
         if r.completion_tokens:
             count(self.tokens, r.completion_tokens, *base, (A_DIRECTION, "out"))
+        if r.cost_usd:
+            count(self.cost, r.cost_usd, *base)
         for tier, kind, secs in r.failures:
             count(self.fallbacks, 1, (A_TIER, tier), (A_REASON, kind), (A_TASK, r.task))
             self.attempt.record(secs, (tier, kind))
@@ -374,6 +377,8 @@ def _access_fields(r: RequestRecord) -> dict[str, Any]:
         out["fallbacks"] = [f"{t}:{k}" for t, k, _ in r.failures]
     if r.error_code:
         out["error"] = r.error_code
+    if r.cost_usd is not None:
+        out["cost_usd"] = round(r.cost_usd, 9)
     return out
 
 

@@ -120,6 +120,7 @@ def _answer(
     gw: Gateway, rt: Runtime, ex: Exchange, req: ClientRequest, out: Outcome
 ) -> web.Response:
     ex.trail, ex.tier, ex.usage = out.trail, out.tier, out.usage
+    ex.cost = rt.pools[out.tier].cost(out.usage)
     if ex.eff is not None:
         _maybe_shadow(gw, rt, ex, req, lambda: answer_text(req.kind, orjson.loads(out.body)))
     headers = ex.headers()
@@ -151,7 +152,7 @@ async def _relay(
     try:
         await _drive(relay, resp, ex)
     finally:
-        ex.tier, ex.usage = relay.tier, relay.usage()
+        ex.tier, ex.usage, ex.cost = relay.tier, relay.usage(), relay.cost()
         if relay.broken:
             ex.error = "stream_broken"
         else:
@@ -200,7 +201,7 @@ def _account(gw: Gateway, ex: Exchange) -> None:
     ex.slot = None  # once: every exit path calls this
     if slot is not None and eff is not None and eff.tenant_id is not None:
         reason = ex.trail.fallback_kind if ex.trail is not None else ex.error
-        gw.spawn(gw.access.done(eff, slot, ex.tier, ex.usage, reason))
+        gw.spawn(gw.access.done(eff, slot, ex.tier, ex.usage, reason, ex.cost))
 
 
 async def read_body(request: web.Request, settings: Settings) -> bytes:

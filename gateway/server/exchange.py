@@ -14,6 +14,7 @@ from gateway.dispatch.outcome import Trail, describe_fallback
 from gateway.headers import (
     H_BACKOFF,
     H_CHECKS_FAILED,
+    H_COST,
     H_FALLBACK,
     H_HEDGE,
     H_OVERHEAD,
@@ -52,6 +53,7 @@ class Exchange:
     first_byte: float | None = None
     admission: Admission | None = None
     slot: str | None = None  # the admission's in-flight member (released at the end)
+    cost: float | None = None  # USD, at the answering tier's price (None: it has none)
 
     def headers(self) -> dict[str, str]:
         """x-gateway-route, -tier, -fallback, -overhead-ms, -backoff-ms, -checks-failed."""
@@ -72,6 +74,8 @@ class Exchange:
             h[H_HEDGE] = t.hedge
         if t.checks_failed:
             h[H_CHECKS_FAILED] = t.checks_failed
+        if self.cost is not None:
+            h[H_COST] = usd(self.cost)
         return h
 
     def _overhead(self, until: float) -> float:
@@ -103,6 +107,7 @@ class Exchange:
             [(f.tier, f.kind, f.seconds) for f in t.failures] if t else [],
             t.ok_attempt_s if t else None,
             self.error,
+            self.cost,
         )
 
     def annotate(self, span: trace.Span) -> None:
@@ -124,3 +129,8 @@ class Exchange:
             attrs[S_IN_TOKENS] = int(self.usage.get("prompt_tokens") or 0)
             attrs[S_OUT_TOKENS] = int(self.usage.get("completion_tokens") or 0)
         span.set_attributes(attrs)
+
+
+def usd(cost: float) -> str:
+    """A cost as the headers and the stream comment write it: plain decimal, 9 places."""
+    return f"{cost:.9f}"

@@ -20,7 +20,7 @@ from typing import Any
 
 from gateway.errors import RateLimited, ServiceUnavailable, Unauthorized
 from gateway.tenancy.limits import ALLOW, Admission, LocalLimiter
-from gateway.tenancy.store import Store, StoreUnavailable
+from gateway.tenancy.store import Store, StoreUnavailable, Used
 from gateway.tenancy.tenants import OPEN, Effective, effective_policy, key_digest
 
 log = logging.getLogger("gateway.access")
@@ -108,6 +108,7 @@ class Access:
             or p.tokens_per_minute
             or p.max_concurrent_requests
             or p.token_budget
+            or p.cost_budget
         ):
             return ALLOW
         assert self.store is not None
@@ -130,30 +131,32 @@ class Access:
         tier: str,
         usage: dict[str, Any] | None,
         fallback: str | None,
+        cost: float | None = None,
     ) -> None:
         """After the answer (off the critical path): free the slot, count the usage."""
         if eff.tenant_id is None or self.store is None:
             return
         prompt = int((usage or {}).get("prompt_tokens") or 0)
         completion = int((usage or {}).get("completion_tokens") or 0)
+        micro = round((cost or 0.0) * 1e6)  # counted in micro-USD: integers, atomic in Redis
         try:
             if eff.policy.max_concurrent_requests:
                 await self.store.release(eff.tenant_id, rid)
-            await self.store.record_usage(
-                eff.tenant_id, tier, prompt, completion, fallback, eff.policy
-            )
+            used = Used(tier, prompt, completion, fallback, micro)
+            await self.store.record_usage(eff.tenant_id, used, eff.policy)
         except StoreUnavailable:
             self._local.release(eff.tenant_id, rid)
-            self._local.debit(eff.tenant_id, prompt + completion, eff.policy)
+            self._local.debit(eff.tenant_id, prompt + completion, eff.policy, micro_usd=micro)
 
 
 def _denied(adm: Admission) -> RateLimited:
     retry = max(adm.retry_after_s, 0.001)
     headers = rate_headers(adm)
     headers["Retry-After"] = str(max(1, round(retry + 0.4999)))
-    if adm.denied == "budget":
+    if adm.denied in ("budget", "cost_budget"):
+        what = "token" if adm.denied == "budget" else "USD"
         return RateLimited(
-            "You exceeded your token budget for this period.",
+            f"You exceeded your {what} budget for this period.",
             retry_after=retry,
             type_="insufficient_quota",
             headers=headers,

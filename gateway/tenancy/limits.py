@@ -20,7 +20,7 @@ from typing import Literal
 
 from gateway.tenancy.tenants import Policy
 
-Denied = Literal["requests", "tokens", "concurrency", "budget"]
+Denied = Literal["requests", "tokens", "concurrency", "budget", "cost_budget"]
 SLOT_TTL_MS = 15 * 60 * 1000  # an in-flight slot nobody released expires after this
 
 
@@ -43,8 +43,8 @@ def budget_period(period: str, now: float) -> str:
     return time.strftime("%Y%m%d" if period == "day" else "%Y%m", t)
 
 
-# KEYS: rpm bucket, tpm bucket, concurrency zset, budget counter
-# ARGV: now_ms, rpm, tpm, max_conc, budget, request id   (0 = no limit)
+# KEYS: rpm bucket, tpm bucket, concurrency zset, budget counter, cost counter (micro-USD)
+# ARGV: now_ms, rpm, tpm, max_conc, budget, request id, slot ttl, cost budget (0 = no limit)
 ADMIT_LUA = """
 local now = tonumber(ARGV[1])
 local rpm, tpm = tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -60,6 +60,11 @@ local rt, tt = -1, -1
 if budget > 0 then
   local used = tonumber(redis.call('GET', KEYS[4]) or '0')
   if used >= budget then return {0, 'budget', 0, -1, -1} end
+end
+local cost_budget = tonumber(ARGV[8] or '0')
+if cost_budget > 0 then
+  local spent = tonumber(redis.call('GET', KEYS[5]) or '0')
+  if spent >= cost_budget then return {0, 'cost_budget', 0, -1, -1} end
 end
 if rpm > 0 then
   rt = bucket(KEYS[1], rpm)
@@ -91,7 +96,8 @@ end
 return {1, '', 0, math.floor(rt), math.floor(tt)}
 """
 
-# KEYS: tpm bucket, budget counter; ARGV: now_ms, tpm, tokens, budget ttl seconds
+# KEYS: tpm bucket, budget counter, cost counter
+# ARGV: now_ms, tpm, tokens, budget ttl seconds, micro-USD, cost counter ttl seconds
 DEBIT_LUA = """
 local now, tpm, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 if tpm > 0 then
@@ -104,6 +110,11 @@ if tpm > 0 then
 end
 redis.call('INCRBY', KEYS[2], n)
 redis.call('EXPIRE', KEYS[2], tonumber(ARGV[4]))
+local micro = tonumber(ARGV[5] or '0')
+if micro > 0 then
+  redis.call('INCRBY', KEYS[3], micro)
+  redis.call('EXPIRE', KEYS[3], tonumber(ARGV[6]))
+end
 return 1
 """
 
@@ -143,6 +154,7 @@ class LocalLimiter:
         self._tpm: dict[str, _Bucket] = {}
         self._inflight: dict[str, dict[str, float]] = {}
         self._used: dict[str, int] = {}  # budget counters: "tenant:period" -> tokens
+        self._spent: dict[str, int] = {}  # cost counters: "tenant:period" -> micro-USD
 
     def admit(self, tenant: str, rid: str, p: Policy, now: float | None = None) -> Admission:
         now = time.time() if now is None else now
@@ -150,6 +162,10 @@ class LocalLimiter:
             key = f"{tenant}:{budget_period(p.token_budget.period, now)}"
             if self._used.get(key, 0) >= p.token_budget.tokens:
                 return Admission(False, "budget")
+        if p.cost_budget is not None:
+            key = f"{tenant}:{budget_period(p.cost_budget.period, now)}"
+            if self._spent.get(key, 0) >= p.cost_budget.usd * 1e6:
+                return Admission(False, "cost_budget")
         rt = tt = None
         if p.requests_per_minute:
             cap = p.requests_per_minute
@@ -185,7 +201,9 @@ class LocalLimiter:
     def release(self, tenant: str, rid: str) -> None:
         self._inflight.get(tenant, {}).pop(rid, None)
 
-    def debit(self, tenant: str, tokens: int, p: Policy, now: float | None = None) -> None:
+    def debit(
+        self, tenant: str, tokens: int, p: Policy, now: float | None = None, micro_usd: int = 0
+    ) -> None:
         now = time.time() if now is None else now
         if p.tokens_per_minute:
             cap = p.tokens_per_minute
@@ -195,3 +213,7 @@ class LocalLimiter:
         period = budget_period(p.token_budget.period if p.token_budget else "day", now)
         key = f"{tenant}:{period}"
         self._used[key] = self._used.get(key, 0) + tokens
+        if micro_usd:
+            cost_period = p.cost_budget.period if p.cost_budget else "day"
+            key = f"{tenant}:{budget_period(cost_period, now)}"
+            self._spent[key] = self._spent.get(key, 0) + micro_usd

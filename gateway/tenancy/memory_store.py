@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from gateway.tenancy.limits import Admission, LocalLimiter
-from gateway.tenancy.store import AUDIT_MAX, SHADOW_MAX, today, usage_fields
+from gateway.tenancy.store import AUDIT_MAX, SHADOW_MAX, Used, today, usage_fields
 from gateway.tenancy.tenants import ApiKey, Policy, Tenant
 
 
@@ -93,16 +93,13 @@ class MemoryStore:
     async def record_usage(
         self,
         tenant_id: str,
-        tier: str,
-        prompt: int,
-        completion: int,
-        fallback: str | None,
+        used: Used,
         p: Policy,
     ) -> None:
         u = self._usage.setdefault((tenant_id, today()), {})
-        for k, n in usage_fields(tier, prompt, completion, fallback):
+        for k, n in usage_fields(used):
             u[k] = u.get(k, 0) + n
-        self._limiter.debit(tenant_id, prompt + completion, p)
+        self._limiter.debit(tenant_id, used.tokens, p, micro_usd=used.micro_usd)
 
     async def usage(self, tenant_id: str, day: str | None = None) -> dict[str, int]:
         return dict(self._usage.get((tenant_id, day or today()), {}))

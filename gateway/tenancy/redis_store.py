@@ -27,6 +27,7 @@ from gateway.tenancy.store import (
     SHADOW_MAX,
     Conflict,
     StoreUnavailable,
+    Used,
     today,
     usage_fields,
 )
@@ -179,11 +180,13 @@ class RedisStore:
             tenant_id,
             "budget:" + budget_period(p.token_budget.period if p.token_budget else "day", now),
         )
+        cost_period = p.cost_budget.period if p.cost_budget else "day"
         keys = [
             self._t(tenant_id, "rpm"),
             self._t(tenant_id, "tpm"),
             self._t(tenant_id, "inflight"),
             budget_key,
+            self._t(tenant_id, "cost:" + budget_period(cost_period, now)),
         ]
         args: list[str | int] = [
             int(now * 1000),
@@ -193,6 +196,7 @@ class RedisStore:
             p.token_budget.tokens if p.token_budget else 0,
             rid,
             SLOT_TTL_MS,
+            round(p.cost_budget.usd * 1e6) if p.cost_budget else 0,
         ]
         res = await self._call(self._admit(keys=keys, args=args))
         return admission_from_lua(res, p)
@@ -203,17 +207,15 @@ class RedisStore:
     async def record_usage(
         self,
         tenant_id: str,
-        tier: str,
-        prompt: int,
-        completion: int,
-        fallback: str | None,
+        used: Used,
         p: Policy,
     ) -> None:
         now = time.time()
         period = p.token_budget.period if p.token_budget else "day"
+        cost_period = p.cost_budget.period if p.cost_budget else "day"
         pipe = self._r.pipeline(transaction=False)
         ukey = self._t(tenant_id, "usage:" + today())
-        for k, n in usage_fields(tier, prompt, completion, fallback):
+        for k, n in usage_fields(used):
             pipe.hincrby(ukey, k, n)
         pipe.expire(ukey, 40 * 86400)
         await self._call(pipe.execute())
@@ -223,8 +225,16 @@ class RedisStore:
                 keys=[
                     self._t(tenant_id, "tpm"),
                     self._t(tenant_id, "budget:" + budget_period(period, now)),
+                    self._t(tenant_id, "cost:" + budget_period(cost_period, now)),
                 ],
-                args=[int(now * 1000), p.tokens_per_minute or 0, prompt + completion, ttl],
+                args=[
+                    int(now * 1000),
+                    p.tokens_per_minute or 0,
+                    used.tokens,
+                    ttl,
+                    used.micro_usd,
+                    2 * 86400 if cost_period == "day" else 40 * 86400,
+                ],
             )
         )
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gateway.tenancy.limits import Admission
@@ -60,10 +61,7 @@ class Store(Protocol):
     async def record_usage(
         self,
         tenant_id: str,
-        tier: str,
-        prompt: int,
-        completion: int,
-        fallback: str | None,
+        used: Used,
         p: Policy,
     ) -> None: ...
     async def usage(self, tenant_id: str, day: str | None = None) -> dict[str, int]: ...
@@ -89,16 +87,32 @@ def today() -> str:
     return time.strftime("%Y%m%d", time.gmtime())
 
 
-def usage_fields(
-    tier: str, prompt: int, completion: int, fallback: str | None
-) -> list[tuple[str, int]]:
+@dataclass(frozen=True, slots=True)
+class Used:
+    """What one answered request used. Cost is counted in micro-USD, so that every
+    counter stays an integer (atomic increments in Redis)."""
+
+    tier: str
+    prompt: int
+    completion: int
+    fallback: str | None = None
+    micro_usd: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt + self.completion
+
+
+def usage_fields(u: Used) -> list[tuple[str, int]]:
     """The usage counters one answered request adds to: (field, amount)."""
     out = [
         ("requests", 1),
-        (f"tokens:{tier}", prompt + completion),
-        ("prompt_tokens", prompt),
-        ("completion_tokens", completion),
+        (f"tokens:{u.tier}", u.tokens),
+        ("prompt_tokens", u.prompt),
+        ("completion_tokens", u.completion),
     ]
-    if fallback:
-        out.append((f"fallbacks:{fallback}", 1))
+    if u.micro_usd:
+        out += [("cost_micro_usd", u.micro_usd), (f"cost_micro_usd:{u.tier}", u.micro_usd)]
+    if u.fallback:
+        out.append((f"fallbacks:{u.fallback}", 1))
     return out

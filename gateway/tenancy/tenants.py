@@ -31,6 +31,12 @@ class TokenBudget(BaseModel):
     period: Literal["day", "month"] = "day"
 
 
+class CostBudget(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    usd: float = Field(gt=0, description="USD of answers at the tiers' prices, all tiers")
+    period: Literal["day", "month"] = "day"
+
+
 class Policy(BaseModel):
     """Per-tenant (or per-key) policy. Every field is optional: None = next level."""
 
@@ -46,6 +52,7 @@ class Policy(BaseModel):
     checks_add: tuple[str, ...] | None = None
     checks_drop: tuple[str, ...] | None = None
     token_budget: TokenBudget | None = None
+    cost_budget: CostBudget | None = None
     shadow_rate: float | None = Field(default=None, ge=0, le=1)
     fail_closed: bool | None = Field(
         default=None, description="when the store is unreachable: refuse (503) instead of serve"

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
 from gateway.core.rules import Tier
 from gateway.upstream.transport import (
@@ -34,6 +35,9 @@ from gateway.upstream.transport import (
     Transport,
     UpstreamStream,
 )
+
+if TYPE_CHECKING:
+    from gateway.upstream.litellm_transport import LiteLLMTransport
 
 log = logging.getLogger("gateway.upstream.pools")
 
@@ -138,17 +142,33 @@ class Pool:
     replicas: list[Replica]
     circuit: Circuit
     continues: bool = True  # False once its engine refused an assistant-prefix continuation
+    price: tuple[float, float] | None = None  # USD per input token, per output token
     _probe: asyncio.Task[None] | None = field(default=None)
 
     @classmethod
     def create(cls, name: str, tier: Tier, transport: Transport | None = None) -> Pool:
-        return cls(
+        hosted = _hosted(tier) if tier.provider == "litellm" and transport is None else None
+        pool = cls(
             name,
             tier,
-            transport or HttpTransport(tier.max_connections, tier.keepalive),
+            transport or hosted or HttpTransport(tier.max_connections, tier.keepalive),
             [Replica(_base(u)) for u in tier.endpoints],
             Circuit(tier.circuit.failures, tier.circuit.cooldown),
         )
+        if tier.price is not None:
+            pool.price = (tier.price.input_per_1m / 1e6, tier.price.output_per_1m / 1e6)
+        if hosted is not None:  # what LiteLLM's model map says, where the rules do not
+            pool.continues = hosted.prefill
+            pool.price = pool.price or hosted.price
+        return pool
+
+    def cost(self, usage: dict[str, Any] | None) -> float | None:
+        """USD for an answer's usage at this tier's price; None when the tier has none."""
+        if self.price is None or not usage:
+            return None
+        tokens_in = int(usage.get("prompt_tokens") or 0)
+        tokens_out = int(usage.get("completion_tokens") or 0)
+        return tokens_in * self.price[0] + tokens_out * self.price[1]
 
     def start(self) -> None:
         if self.tier.health.enabled:
@@ -250,6 +270,12 @@ class Pool:
             raise
         up.release()
         return b"".join(parts)
+
+
+def _hosted(tier: Tier) -> LiteLLMTransport:
+    from gateway.upstream.litellm_transport import LiteLLMTransport  # LiteLLM: only if used
+
+    return LiteLLMTransport(dict(tier.litellm_params or {}))
 
 
 TransportFactory = Callable[[str, Tier], Transport]

@@ -168,7 +168,7 @@ async def _update(
 
 @router.get(
     "/admin/tenants/{tenant_id}/usage",
-    summary="Usage of a day (?day=YYYYMMDD): requests, tokens by tier, fallbacks by reason",
+    summary="Usage of a day (?day=YYYYMMDD): requests, tokens and cost by tier, fallbacks",
     response_model=UsageOut,
     responses=errors(404),
 )
@@ -189,5 +189,9 @@ async def usage(
             "prompt_tokens": u.get("prompt_tokens", 0),
             "completion_tokens": u.get("completion_tokens", 0),
             "fallbacks_by_reason": {k[10:]: v for k, v in u.items() if k.startswith("fallbacks:")},
+            "cost_usd": u.get("cost_micro_usd", 0) / 1e6,
+            "cost_usd_by_tier": {
+                k[15:]: v / 1e6 for k, v in u.items() if k.startswith("cost_micro_usd:")
+            },
         }
     )
