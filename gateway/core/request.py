@@ -121,16 +121,22 @@ def _content_text(content: object, param: str) -> str:
     raise _type(param, "a string or an array of content parts", content)
 
 
-def _tools(body: dict[str, Any]) -> dict[str, dict[str, Any] | None]:
+def _tools(body: dict[str, Any]) -> tuple[dict[str, dict[str, Any] | None], frozenset[str]]:
+    """Function tools (name -> parameters schema) and the types of the other tools."""
     tools = body.get("tools")
     if tools is None:
-        return {}
+        return {}, frozenset()
     if not isinstance(tools, list):
         raise _type("tools", "an array", tools)
     out: dict[str, dict[str, Any] | None] = {}
+    other: set[str] = set()
     for i, t in enumerate(tools):
         if not isinstance(t, dict):
             raise _type(f"tools[{i}]", "an object", t)
+        kind = t.get("type", "function")
+        if kind != "function":
+            other.add(str(kind))  # "custom", a hosted tool: passed through, the engine's to judge
+            continue
         fn = t.get("function")
         if not isinstance(fn, dict):
             raise _missing(f"tools[{i}].function")
@@ -141,7 +147,7 @@ def _tools(body: dict[str, Any]) -> dict[str, dict[str, Any] | None]:
         if params is not None and not isinstance(params, dict):
             raise _type(f"tools[{i}].function.parameters", "an object", params)
         out[name] = params
-    return out
+    return out, frozenset(other)
 
 
 def _response_format(body: dict[str, Any]) -> tuple[bool, dict[str, Any] | None]:
@@ -203,11 +209,9 @@ def parse_chat(raw: bytes) -> ClientRequest:
             head = text[:256]
         if role == "user":
             last_user = text
-    tools = _tools(body)
+    tools, other_tools = _tools(body)
     json_mode, schema = _response_format(body)
-    facts = RequestFacts(
-        max_tokens_set=max_set, json_mode=json_mode, json_schema=schema, tools=tools
-    )
+    facts = RequestFacts(max_set, json_mode, schema, tools, other_tools)
     return ClientRequest("chat", body, model, stream, facts, last_user, chars, _affinity(head))
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from gateway.core.rules import Tier
+from gateway.upstream.discovery import ModelBook, model_ids
 from gateway.upstream.transport import (
     AttemptError,
     HttpTransport,
@@ -138,6 +139,8 @@ class Pool:
     replicas: list[Replica]
     circuit: Circuit
     continues: bool = True  # False once its engine refused an assistant-prefix continuation
+    models: ModelBook = field(default_factory=lambda: ModelBook(None))
+    on_models: Callable[[], None] | None = None  # the model it sends changed (discovery)
     _probe: asyncio.Task[None] | None = field(default=None)
 
     @classmethod
@@ -148,6 +151,7 @@ class Pool:
             transport or HttpTransport(tier.max_connections, tier.keepalive),
             [Replica(_base(u)) for u in tier.endpoints],
             Circuit(tier.circuit.failures, tier.circuit.cooldown),
+            models=ModelBook(tier.model),
         )
 
     def start(self) -> None:
@@ -165,7 +169,24 @@ class Pool:
         h = self.tier.health
         while True:
             await asyncio.gather(*(self.probe(r) for r in self.replicas))
+            self._settle()
             await asyncio.sleep(h.interval)
+
+    async def discover(self) -> None:
+        """Ask every replica which models it serves (a tier without a configured model)."""
+        if self.tier.model is None:
+            await asyncio.gather(*(self._ask_models(r) for r in self.replicas))
+            self._settle()
+
+    async def _ask_models(self, rep: Replica) -> None:
+        with contextlib.suppress(OSError, TimeoutError, AttemptError):
+            status, body = await self.transport.get(rep.url + "/v1/models", self.tier.health.timeout)
+            if status == 200:
+                self.models.record(rep.url, model_ids(body))
+
+    def _settle(self) -> None:
+        if self.models.settle(self.name) and self.on_models is not None:
+            self.on_models()
 
     async def probe(self, rep: Replica) -> None:
         h = self.tier.health
@@ -178,6 +199,8 @@ class Pool:
         rep.last_probe = time.monotonic()
         if rep.up != was_up:
             log.warning("replica %s of %s is %s", rep.url, self.name, "up" if rep.up else "down")
+        if rep.up and self.tier.model is None:
+            await self._ask_models(rep)
         if rep.up and h.metrics_path:
             with contextlib.suppress(OSError, TimeoutError, AttemptError):
                 status, text = await self.transport.get(rep.url + h.metrics_path, h.timeout)
@@ -187,7 +210,9 @@ class Pool:
 
     @property
     def model(self) -> str:
-        return self.tier.model
+        """The model name sent: the tier's, else discovered, else the tier name (a guess
+        until an engine answers ``/v1/models``)."""
+        return self.tier.model or self.models.chosen or self.name
 
     def available(self, now: float) -> bool:
         if not self.circuit.available(now):
@@ -258,11 +283,19 @@ TransportFactory = Callable[[str, Tier], Transport]
 class Pools:
     """All pools, by tier name. Built once in the app's lifespan."""
 
-    def __init__(self, tiers: dict[str, Tier], transport: TransportFactory | None = None):
+    def __init__(
+        self,
+        tiers: dict[str, Tier],
+        transport: TransportFactory | None = None,
+        on_models: Callable[[Pools], None] | None = None,
+    ):
         self.by_tier = {
             name: Pool.create(name, t, transport(name, t) if transport else None)
             for name, t in tiers.items()
         }
+        if on_models is not None:
+            for p in self.by_tier.values():
+                p.on_models = lambda: on_models(self)
         self._users = 0
         self._retired: asyncio.Event | None = None
 
@@ -295,10 +328,26 @@ class Pools:
         now = time.monotonic()
         return {name: p.available(now) for name, p in self.by_tier.items()}
 
+    def served(self) -> dict[str, str]:
+        """Tier -> the model it sends, for tiers whose model is configured or discovered."""
+        out = {}
+        for name, p in self.by_tier.items():
+            model = p.tier.model or p.models.chosen
+            if model is not None:
+                out[name] = model
+        return out
+
+    async def discover(self, bound: float) -> None:
+        """Discover the models of tiers that name none, waiting at most ``bound`` seconds."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(bound):
+                await asyncio.gather(*(p.discover() for p in self.by_tier.values()))
+
     def state(self) -> dict[str, object]:
         now = time.monotonic()
         return {
             name: {
+                "model": p.models.state(),
                 "available": p.available(now),
                 "circuit_open": p.circuit.is_open,
                 "consecutive_failures": p.circuit.failures,
