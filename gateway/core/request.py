@@ -82,6 +82,21 @@ def _decode(raw: bytes) -> dict[str, Any]:
     return body
 
 
+def decode_body(raw: bytes) -> dict[str, Any]:
+    """The body as a JSON object, or a precise 400."""
+    return _decode(raw)
+
+
+def require_str(body: dict[str, Any], param: str) -> str:
+    """``body[param]`` when it is a string; a 400 naming ``param`` when missing or not."""
+    v = body.get(param)
+    if v is None:
+        raise _missing(param)
+    if not isinstance(v, str):
+        raise _type(param, "a string", v)
+    return v
+
+
 def _common(body: dict[str, Any]) -> tuple[str, bool, bool]:
     model = body.get("model")
     if model is None:

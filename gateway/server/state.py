@@ -110,7 +110,9 @@ class Gateway:
         if rt.pools is pools:
             served = pools.served()
             self.runtime = replace(
-                rt, classifier=Classifier(rt.rules, served), models_body=_models_body(rt.rules, served)
+                rt,
+                classifier=Classifier(rt.rules, served),
+                models_body=_models_body(rt.rules, served),
             )
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:

@@ -180,7 +180,9 @@ class Pool:
 
     async def _ask_models(self, rep: Replica) -> None:
         with contextlib.suppress(OSError, TimeoutError, AttemptError):
-            status, body = await self.transport.get(rep.url + "/v1/models", self.tier.health.timeout)
+            status, body = await self.transport.get(
+                rep.url + "/v1/models", self.tier.health.timeout
+            )
             if status == 200:
                 self.models.record(rep.url, model_ids(body))
 
