@@ -21,6 +21,10 @@ Continuation: when the last message is the assistant's (prefill, with or without
 (or " [continued]" when ``text`` does not start with it); with ``echo_prefix`` the
 prefix is repeated in front of it, as llama.cpp's server does.
 
+``--model M`` sets the model id ``/v1/models`` lists (default: the name); with
+``--strict`` a request naming another model gets vLLM's 404. ``POST /v1/embeddings``
+answers a small deterministic vector per input (``encoding_format`` float or base64).
+
 ``GET /_requests`` lists the bodies received (newest last), ``POST /_reset`` clears
 them, ``GET /_cancelled`` counts streams whose client went away before the end.
 """
@@ -29,7 +33,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
+import struct
 import re
 import time
 from typing import Any
@@ -72,10 +78,38 @@ def last_user(body: dict[str, Any]) -> str:
 
 
 class Engine:
-    def __init__(self, name: str):
+    def __init__(self, name: str, model: str | None = None, strict: bool = False):
         self.name = name
+        self.model = model or name
+        self.strict = strict
         self.requests: list[dict[str, Any]] = []
         self.cancelled = 0
+
+    def wrong_model(self, body: dict[str, Any]) -> web.Response | None:
+        if not self.strict or body.get("model") == self.model:
+            return None
+        msg = f"The model `{body.get('model')}` does not exist."
+        err = {"object": "error", "message": msg, "type": "NotFoundError", "code": 404}
+        return web.json_response(err, status=404)
+
+    async def embeddings(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.requests.append(body)
+        bad = self.wrong_model(body)
+        if bad is not None:
+            return bad
+        inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        data = []
+        for i, text in enumerate(inputs):
+            vec = [float(len(str(text))), float(i), 0.5]
+            emb: Any = vec
+            if body.get("encoding_format") == "base64":
+                emb = base64.b64encode(struct.pack(f"<{len(vec)}f", *vec)).decode()
+            data.append({"object": "embedding", "index": i, "embedding": emb})
+        usage = {"prompt_tokens": len(inputs), "total_tokens": len(inputs)}
+        return web.json_response(
+            {"object": "list", "data": data, "model": body.get("model"), "usage": usage}
+        )
 
     def answer(self, body: dict[str, Any], d: dict[str, str]) -> tuple[str, str, list[Any]]:
         text = d.get("text") or f"Echo ({self.name}): {last_user(body)}"
@@ -111,6 +145,9 @@ class Engine:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
+        bad = self.wrong_model(body)
+        if bad is not None:
+            return bad
         d = directives(body, self.name)
         if "delay" in d:
             await asyncio.sleep(float(d["delay"]))
@@ -235,12 +272,13 @@ class Engine:
         return resp
 
 
-def make_app(name: str) -> web.Application:
-    eng = Engine(name)
+def make_app(name: str, model: str | None = None, strict: bool = False) -> web.Application:
+    eng = Engine(name, model, strict)
     app = web.Application()
 
     async def models(_: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": name, "object": "model"}]})
+        card = {"id": eng.model, "object": "model"}
+        return web.json_response({"object": "list", "data": [card]})
 
     async def requests(_: web.Request) -> web.Response:
         return web.json_response(eng.requests)
@@ -258,6 +296,7 @@ def make_app(name: str) -> web.Application:
 
     app.router.add_post("/v1/chat/completions", eng.handle)
     app.router.add_post("/v1/completions", eng.handle)
+    app.router.add_post("/v1/embeddings", eng.embeddings)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
     app.router.add_get("/_requests", requests)
@@ -270,9 +309,11 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--name", required=True)
     ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--strict", action="store_true")
     a = ap.parse_args()
     web.run_app(
-        make_app(a.name),
+        make_app(a.name, a.model, a.strict),
         host="127.0.0.1",
         port=a.port,
         access_log=None,
