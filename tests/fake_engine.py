@@ -35,8 +35,8 @@ import argparse
 import asyncio
 import base64
 import json
-import struct
 import re
+import struct
 import time
 from typing import Any
 
