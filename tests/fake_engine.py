@@ -272,6 +272,120 @@ class Engine:
         return resp
 
 
+def responses_view(body: dict[str, Any]) -> dict[str, Any]:
+    """A Responses API body seen as chat messages (enough for directives and echo)."""
+    inp = body.get("input")
+    msgs: list[dict[str, Any]] = []
+    if isinstance(body.get("instructions"), str):
+        msgs.append({"role": "system", "content": body["instructions"]})
+    if isinstance(inp, str):
+        msgs.append({"role": "user", "content": inp})
+    for item in inp if isinstance(inp, list) else []:
+        c = item.get("content")
+        if isinstance(c, list):
+            c = "".join(p.get("text", "") for p in c if isinstance(p, dict))
+        if item.get("role") and isinstance(c, str):
+            msgs.append({"role": item["role"], "content": c})
+    return {"messages": msgs}
+
+
+class ResponsesEngine:
+    """``POST /v1/responses`` of the fake engine (as vLLM and SGLang serve it)."""
+
+    def __init__(self, eng: Engine):
+        self.eng = eng
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        eng = self.eng
+        body = await request.json()
+        eng.requests.append(body)
+        bad = eng.wrong_model(body)
+        if bad is not None:
+            return bad
+        view = responses_view(body)
+        d = directives(view, eng.name)
+        if "status" in d:
+            err = {"error": {"message": f"{eng.name} says {d['status']}", "code": d["status"]}}
+            return web.json_response(err, status=int(d["status"]))
+        text, finish, calls = eng.answer(view, d)
+        output: list[dict[str, Any]] = []
+        if text:
+            part = {"type": "output_text", "text": text, "annotations": []}
+            output.append(
+                {
+                    "id": "msg_1",
+                    "type": "message",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [part],
+                }
+            )
+        for c in calls:
+            output.append(
+                {
+                    "id": "fc_1",
+                    "type": "function_call",
+                    "status": "completed",
+                    "call_id": c["id"],
+                    "name": c["function"]["name"],
+                    "arguments": c["function"]["arguments"],
+                }
+            )
+        usage = {"input_tokens": 7, "output_tokens": max(1, len(text.split())), "total_tokens": 0}
+        resp = {
+            "id": f"resp_{eng.name}_{len(eng.requests)}",
+            "object": "response",
+            "created_at": int(time.time()),
+            "model": body.get("model"),
+            "status": "incomplete" if finish == "length" else "completed",
+            "output": output,
+            "usage": usage,
+        }
+        if not body.get("stream"):
+            return web.json_response(resp)
+        return await self.stream(request, resp, text, d)
+
+    async def stream(
+        self, request: web.Request, resp: dict[str, Any], text: str, d: dict[str, str]
+    ) -> web.StreamResponse:
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+
+        async def send(kind: str, **fields: Any) -> None:
+            doc = {"type": kind, **fields}
+            await out.write(f"event: {kind}\ndata: {json.dumps(doc)}\n\n".encode())
+
+        await send("response.created", response={**resp, "status": "in_progress", "output": []})
+        if "first_error" in d:
+            await send("error", message=f"{self.eng.name} failed", code="server_error")
+            return out
+        for i, item in enumerate(resp["output"]):
+            empty = {"arguments": ""} if item["type"] == "function_call" else {"content": []}
+            await send("response.output_item.added", output_index=i, item={**item, **empty})
+            if item["type"] == "message":
+                words = text.split(" ")
+                for j, w in enumerate(words):
+                    piece = w + (" " if j < len(words) - 1 else "")
+                    await send(
+                        "response.output_text.delta",
+                        item_id=item["id"],
+                        output_index=i,
+                        content_index=0,
+                        delta=piece,
+                    )
+                    await asyncio.sleep(float(d.get("gap", "0")))
+            else:
+                await send(
+                    "response.function_call_arguments.delta",
+                    item_id=item["id"],
+                    output_index=i,
+                    delta=item["arguments"],
+                )
+            await send("response.output_item.done", output_index=i, item=item)
+        await send("response.completed", response=resp)
+        return out
+
+
 def make_app(name: str, model: str | None = None, strict: bool = False) -> web.Application:
     eng = Engine(name, model, strict)
     app = web.Application()
@@ -297,6 +411,7 @@ def make_app(name: str, model: str | None = None, strict: bool = False) -> web.A
     app.router.add_post("/v1/chat/completions", eng.handle)
     app.router.add_post("/v1/completions", eng.handle)
     app.router.add_post("/v1/embeddings", eng.embeddings)
+    app.router.add_post("/v1/responses", ResponsesEngine(eng).handle)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
     app.router.add_get("/_requests", requests)

@@ -228,6 +228,59 @@ def test_responses_bad_input(oa: openai.OpenAI) -> None:
         oa.responses.create(model="nope", input="x")
 
 
+@pytest.fixture(scope="module")
+def native(
+    strict_engines: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[openai.OpenAI]:
+    """A gateway whose fast tier's engines serve the Responses API themselves."""
+    rules = rules_for_tests()
+    rules["tiers"]["highspeed"]["responses_api"] = True
+    proc, url = start_gateway(tmp_path_factory.mktemp("gw"), rules, strict_engines)
+    c = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=20)
+    yield c
+    c.close()
+    proc.stop()
+
+
+def test_responses_passed_through(native: openai.OpenAI, strict_engines: dict[str, str]) -> None:
+    r = native.responses.with_raw_response.create(
+        model="auto", instructions="Be brief.", input="hello"
+    )
+    assert r.headers["x-gateway-tier"] == "highspeed"
+    assert r.parse().output_text == "Echo (highspeed): hello"
+    sent = received(strict_engines["highspeed"])[-1]
+    assert (
+        sent["input"] == "hello" and sent["instructions"] == "Be brief." and "messages" not in sent
+    )
+    assert sent["model"] == "org/fast-7b" and sent["stream"] is True  # streamed for the checks
+    events = list(native.responses.create(model="auto", input="stream me", stream=True))
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert text == "Echo (highspeed): stream me" and events[-1].type == "response.completed"
+    prompt = '[[*: tool=get_weather; args={"city": "Paris"}]] weather?'
+    call = native.responses.create(model="auto", input=prompt, tools=[WEATHER]).output[0]  # type: ignore[list-item]
+    assert call.type == "function_call" and json.loads(call.arguments) == {"city": "Paris"}
+    # chat requests to the same tier still use its chat endpoint
+    native.chat.completions.create(model="auto", messages=[{"role": "user", "content": "c"}])
+    assert "messages" in received(strict_engines["highspeed"])[-1]
+
+
+def test_passed_through_answers_are_checked(
+    native: openai.OpenAI, strict_engines: dict[str, str]
+) -> None:
+    r = native.responses.with_raw_response.create(model="auto", input="[[highspeed: loop]] x")
+    assert r.headers["x-gateway-tier"] == "standard"
+    assert "repetition" in r.headers["x-gateway-fallback"]
+    assert r.parse().output_text == "Echo (standard): x"
+    assert "messages" in received(strict_engines["standard"])[-1]  # translated there
+    events = list(
+        native.responses.create(model="auto", input="[[highspeed: status=503]] y", stream=True)
+    )
+    assert (
+        "".join(e.delta for e in events if e.type == "response.output_text.delta")
+        == "Echo (standard): y"
+    )
+
+
 class Person(BaseModel):
     name: str
     age: int

@@ -31,6 +31,9 @@ class ClientRequest:
     cue_text: str  # the text the classifier searches for cues (last user turn / prompt)
     prompt_chars: int  # size of the whole prompt, for the token estimate
     affinity: int = 0  # hash of the prompt's head: same head -> same replica (prefix cache)
+    # the client's own Responses API body (``body`` is its chat translation): sent as it is
+    # to tiers whose engines serve the Responses API
+    native: dict[str, Any] | None = None
 
     @property
     def prompt_tokens(self) -> int:

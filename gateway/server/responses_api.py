@@ -4,7 +4,10 @@ The request is translated to a chat completions request
 (:func:`gateway.core.responses_format.to_chat`) and served by the same path as
 ``/v1/chat/completions`` — authentication, classification, routing, admission, checks,
 fallback, hedging, continuation — and its answer is translated back: a ``response``
-object, or the Responses event stream (:class:`ResponsesSink`).
+object, or the Responses event stream (:class:`ResponsesSink`). Tiers whose engines
+serve the Responses API (``responses_api: true``) get the client's own body instead,
+and their answer is read as chat (:mod:`gateway.upstream.responses_events`), so the
+checks and fallback act on it the same way.
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ class _ResponsesWire:
 
     def parse(self, raw: bytes) -> ClientRequest:
         self.body = decode_body(raw)
-        return parse_chat(orjson.dumps(to_chat(self.body)))
+        req = parse_chat(orjson.dumps(to_chat(self.body)))
+        req.native = self.body
+        return req
 
     def answer(self, body: bytes) -> bytes:
         return to_response(body, self.body)

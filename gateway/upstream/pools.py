@@ -28,6 +28,7 @@ from types import MappingProxyType
 
 from gateway.core.rules import Tier
 from gateway.upstream.discovery import ModelBook, model_ids
+from gateway.upstream.responses_events import RESPONSES_PATH, ResponsesAsChat
 from gateway.upstream.transport import (
     AttemptError,
     HttpTransport,
@@ -253,11 +254,12 @@ class Pool:
         """POST to one replica; the open 200 answer. A refused connection marks it down."""
         self.circuit.begin(time.monotonic())
         try:
-            return await self.transport.open(rep.url + path, body, limits, stream)
+            up = await self.transport.open(rep.url + path, body, limits, stream)
         except AttemptError as e:
             if e.kind == "connect":
                 rep.up = False  # refused: no traffic until a probe says otherwise
             raise
+        return ResponsesAsChat(up, stream) if path == RESPONSES_PATH else up
 
     async def post(self, rep: Replica, path: str, body: bytes, limits: Timeouts) -> bytes:
         """POST and read the whole 200 answer (a non-streamed request)."""
