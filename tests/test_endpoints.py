@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 from pydantic import BaseModel
@@ -347,18 +348,16 @@ def test_cors_and_head(gw: str, oa: openai.OpenAI) -> None:
 # -- LangChain ------------------------------------------------------------------------------------
 def test_langchain_embeddings_and_responses_api(gw: str) -> None:
     lc = pytest.importorskip("langchain_openai")
-    emb = lc.OpenAIEmbeddings(
-        base_url=f"{gw}/v1", api_key="unused", model="auto", check_embedding_ctx_length=False
-    )
-    assert [round(v[0]) for v in emb.embed_documents(["one", "three"])] == [3, 5]
-    assert round(emb.embed_query("four")[0]) == 4
-    chat = lc.ChatOpenAI(
-        base_url=f"{gw}/v1", api_key="unused", model="auto", use_responses_api=True, max_retries=0
-    )
-    assert chat.invoke("hello").text == "Echo (highspeed): hello"
-    streamed = "".join(c.text for c in chat.stream("stream"))
-    assert streamed == "Echo (highspeed): stream"
-    prompt = '[[*: tool=get_weather; args={"city": "Paris"}]] weather?'
-    msg = chat.bind_tools([WEATHER]).invoke(prompt)
-    assert msg.tool_calls[0]["name"] == "get_weather"
-    assert msg.tool_calls[0]["args"] == {"city": "Paris"}
+    with httpx.Client(timeout=20) as http:  # ours, so its sockets are closed at the end
+        common = {"base_url": f"{gw}/v1", "api_key": "unused", "http_client": http}
+        emb = lc.OpenAIEmbeddings(model="auto", check_embedding_ctx_length=False, **common)
+        assert [round(v[0]) for v in emb.embed_documents(["one", "three"])] == [3, 5]
+        assert round(emb.embed_query("four")[0]) == 4
+        chat = lc.ChatOpenAI(model="auto", use_responses_api=True, max_retries=0, **common)
+        assert chat.invoke("hello").text == "Echo (highspeed): hello"
+        streamed = "".join(c.text for c in chat.stream("stream"))
+        assert streamed == "Echo (highspeed): stream"
+        prompt = '[[*: tool=get_weather; args={"city": "Paris"}]] weather?'
+        msg = chat.bind_tools([WEATHER]).invoke(prompt)
+        assert msg.tool_calls[0]["name"] == "get_weather"
+        assert msg.tool_calls[0]["args"] == {"city": "Paris"}
