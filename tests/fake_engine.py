@@ -99,6 +99,10 @@ class Engine:
         if bad is not None:
             return bad
         inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        d = directives({"prompt": " ".join(map(str, inputs))}, self.name)
+        if "status" in d:
+            err = {"error": {"message": f"{self.name} says {d['status']}", "code": d["status"]}}
+            return web.json_response(err, status=int(d["status"]))
         data = []
         for i, text in enumerate(inputs):
             vec = [float(len(str(text))), float(i), 0.5]

@@ -236,6 +236,8 @@ def native(
     """A gateway whose fast tier's engines serve the Responses API themselves."""
     rules = rules_for_tests()
     rules["tiers"]["highspeed"]["responses_api"] = True
+    for tier in rules["tiers"].values():
+        tier["embeddings"] = True
     proc, url = start_gateway(tmp_path_factory.mktemp("gw"), rules, strict_engines)
     c = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=20)
     yield c
@@ -280,6 +282,25 @@ def test_passed_through_answers_are_checked(
         "".join(e.delta for e in events if e.type == "response.output_text.delta")
         == "Echo (standard): y"
     )
+
+
+def test_embeddings_fall_back(native: openai.OpenAI) -> None:
+    r = native.embeddings.with_raw_response.create(
+        model="auto", input="[[highspeed: status=503]] x"
+    )
+    assert r.headers["x-gateway-tier"] == "standard"
+    assert r.headers["x-gateway-fallback"] == "highspeed:http_503 -> standard"
+    assert (
+        native.embeddings.with_raw_response.create(model="auto", input="y").headers[
+            "x-gateway-tier"
+        ]
+        == "highspeed"
+    )
+    with pytest.raises(openai.InternalServerError) as e:  # pinned: that tier alone
+        native.embeddings.create(model="org/fast-7b", input="[[highspeed: status=503]] x")
+    assert e.value.status_code == 502
+    with pytest.raises(openai.BadRequestError):  # the engine's own 4xx, relayed
+        native.embeddings.create(model="auto", input="[[*: status=400]] x")
 
 
 class Person(BaseModel):

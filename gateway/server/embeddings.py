@@ -18,6 +18,7 @@ import orjson
 from aiohttp import web
 
 from gateway.core.request import decode_body, require_str
+from gateway.dispatch.outcome import Failure, Trail, describe_fallback
 from gateway.errors import (
     GatewayError,
     InvalidField,
@@ -25,8 +26,9 @@ from gateway.errors import (
     UpstreamFailed,
     UpstreamTimeout,
 )
-from gateway.headers import H_REQUEST_ID, H_TIER
+from gateway.headers import H_FALLBACK, H_REQUEST_ID, H_TIER
 from gateway.server.completions import read_body
+from gateway.server.exchange import Exchange
 from gateway.server.responses import JSON, error_response, request_id
 from gateway.server.state import GATEWAY, Runtime
 from gateway.tenancy.tenants import Effective
@@ -38,12 +40,23 @@ _DEADLINE_S = 60.0  # embeddings are short; the whole request, every tier tried
 async def embeddings(request: web.Request) -> web.Response:
     gw = request.app[GATEWAY]
     rt = gw.runtime
-    rid = request_id(request)
-    slot: str | None = None
-    eff: Effective | None = None
-    tier, usage, error = "", None, None
+    ex = Exchange(request_id(request), "embeddings")
+    ex.trail = Trail()
+    rt.pools.acquire()
     try:
-        eff = await gw.access.authenticate(request.headers.get("Authorization"))
+        return await _serve(request, rt, ex)
+    finally:
+        rt.pools.release()
+        gw.telemetry.record(ex.record())
+        eff, slot = ex.eff, ex.slot
+        if slot is not None and eff is not None and eff.tenant_id is not None:
+            gw.spawn(gw.access.done(eff, slot, ex.tier, ex.usage, ex.error))
+
+
+async def _serve(request: web.Request, rt: Runtime, ex: Exchange) -> web.Response:
+    gw = request.app[GATEWAY]
+    try:
+        eff = ex.eff = await gw.access.authenticate(request.headers.get("Authorization"))
         body = decode_body(await read_body(request, gw.settings))
         tiers = _tiers(rt, eff, require_str(body, "model"))
         if body.get("input") is None:
@@ -54,22 +67,23 @@ async def embeddings(request: web.Request) -> web.Response:
             )
         slot = "adm_" + os.urandom(8).hex()
         await gw.access.admit(eff, slot)
-        tier, answer = await _send(rt, tiers, body)
-        usage = _usage(answer)
-        return web.Response(
-            body=answer, content_type=JSON, headers={H_REQUEST_ID: rid, H_TIER: tier}
-        )
+        ex.slot = slot
+        ex.tier, answer = await _send(rt, tiers, body, ex)
+        ex.usage = _usage(answer)
     except GatewayError as e:
-        error = e.code
-        return error_response(e, rid)
+        ex.status, ex.error = e.status, e.code
+        return error_response(e, ex.rid, _explain(ex))
     except AttemptError as e:  # the engine refused the request itself: its answer, relayed
-        error = e.kind
-        return web.Response(
-            status=e.status or 400, body=e.body, content_type=JSON, headers={H_REQUEST_ID: rid}
-        )
-    finally:
-        if slot is not None and eff is not None and eff.tenant_id is not None:
-            gw.spawn(gw.access.done(eff, slot, tier, usage, error))
+        ex.status, ex.error = e.status or 400, e.kind
+        headers = {H_REQUEST_ID: ex.rid, **_explain(ex)}
+        return web.Response(status=ex.status, body=e.body, content_type=JSON, headers=headers)
+    headers = {H_REQUEST_ID: ex.rid, H_TIER: ex.tier, **_explain(ex)}
+    return web.Response(body=answer, content_type=JSON, headers=headers)
+
+
+def _explain(ex: Exchange) -> dict[str, str]:
+    fb = describe_fallback(ex.trail.failures, ex.tier) if ex.trail is not None else None
+    return {H_FALLBACK: fb} if fb else {}
 
 
 def _tiers(rt: Runtime, eff: Effective, model: str) -> list[str]:
@@ -92,33 +106,39 @@ def _tiers(rt: Runtime, eff: Effective, model: str) -> list[str]:
     return tiers
 
 
-async def _send(rt: Runtime, tiers: list[str], body: dict[str, Any]) -> tuple[str, bytes]:
+async def _send(
+    rt: Runtime, tiers: list[str], body: dict[str, Any], ex: Exchange
+) -> tuple[str, bytes]:
     deadline = time.monotonic() + _DEADLINE_S
-    failures: list[str] = []
+    trail = ex.trail or Trail()
     last: AttemptError | None = None
     for tier in tiers:
         pool = rt.pools[tier]
         left = deadline - time.monotonic()
         if left <= 0 or not pool.available(time.monotonic()):
-            failures.append(f"{tier}: unavailable")
+            trail.failures.append(
+                Failure(tier, "unavailable", "circuit open or no replica up", False)
+            )
             continue
         rep = pool.choose(0)
         payload = orjson.dumps({**body, "model": pool.model})
         rep.in_flight += 1
+        t0 = time.perf_counter()
         try:
             answer = await pool.post(rep, "/v1/embeddings", payload, pool.limits(left, False))
         except AttemptError as e:
             if not e.retryable:
                 raise
             pool.record(False)
-            failures.append(f"{tier}: {e.kind}")
+            trail.failures.append(Failure(tier, e.kind, e.detail, e.timeout))
             last = e
             continue
         finally:
             rep.in_flight -= 1
+            trail.upstream_s += time.perf_counter() - t0
         pool.record(True)
         return tier, answer
-    msg = "Every embedding tier failed: " + "; ".join(failures) + "."
+    msg = "Every embedding tier failed: " + "; ".join(f.short() for f in trail.failures) + "."
     raise (UpstreamTimeout(msg) if last is not None and last.timeout else UpstreamFailed(msg))
 
 
