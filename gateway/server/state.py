@@ -98,6 +98,7 @@ class Gateway:
         pools = old.pools
         if rules.tiers != old.rules.tiers:
             pools = Pools(dict(rules.tiers), self.transport, self.models_changed)
+            _inherit_models(pools, old.pools)
             pools.start()
             grace = max((t.timeouts.total for t in old.rules.tiers.values()), default=60)
             self.spawn(old.pools.retire(grace))
@@ -190,6 +191,15 @@ def _runtime(rules: Rules, pools: Pools, tel: Telemetry, store: Store | None) ->
         Shadow(pools, store, tel),
         _models_body(rules, served),
     )
+
+
+def _inherit_models(new: Pools, old: Pools) -> None:
+    """What the old pools discovered, for new pools of the same engines (until re-probed)."""
+    for name, p in new.by_tier.items():
+        was = old.by_tier.get(name)
+        if was is not None and p.tier.model is None and was.tier.endpoints == p.tier.endpoints:
+            p.models.served = dict(was.models.served)
+            p.models.chosen, p.models.disagree = was.models.chosen, was.models.disagree
 
 
 def _models_body(rules: Rules, served: dict[str, str]) -> bytes:
