@@ -310,17 +310,16 @@ def _rewrite_tier_fields(text: str, values: dict[str, dict[str, str]]) -> str:
 def gateway_rules(rules_text: str) -> str:
     """The repository's rules with each tier pointed at its in-cluster SGLang Service.
 
-    Each tier's ``endpoints`` becomes ``[http://sglang-<tier>:30000]`` and its ``model``
-    the ``served_model_name`` of its profile; ``request_defaults`` (the local engine's
-    sampling crutches) are emptied and ``continuation`` is SGLang's
-    ``continue_final_message``; everything else, comments included, is kept.
+    Each tier's ``endpoints`` becomes ``[http://sglang-<tier>:30000]`` (its model is
+    discovered from the engine's ``/v1/models``: the profile's ``served_model_name``) and
+    ``continuation`` is SGLang's ``continue_final_message``; everything else, comments
+    included, is kept.
     The result is checked against the original (parsed) and validated like ``serve`` does.
     """
     original = yaml.safe_load(rules_text)
     values: dict[str, dict[str, str]] = {}
     for tier in original["tiers"]:
-        model = load_profile(tier).model.served_model_name.value
-        values[tier] = {"model": model, "endpoints": f"[{sglang_url(tier)}]"}
+        values[tier] = {"endpoints": f"[{sglang_url(tier)}]"}
         if original["tiers"][tier].get("continuation", "continue_final_message") != (
             "continue_final_message"
         ):
@@ -331,7 +330,6 @@ def gateway_rules(rules_text: str) -> str:
     rewritten = _rewrite_tier_fields(rules_text, values)
     expected = yaml.safe_load(rules_text)
     for tier, fields in values.items():
-        expected["tiers"][tier]["model"] = fields["model"]
         expected["tiers"][tier]["endpoints"] = [sglang_url(tier)]
         if "request_defaults" in fields:
             expected["tiers"][tier]["request_defaults"] = {}

@@ -68,6 +68,8 @@ class LocalTier:
     parallel: int
     #: Total KV context in tokens, shared by all slots (per slot = ctx_size / parallel).
     ctx_size: int
+    #: Model name it reports in ``/v1/models`` (``--alias``); the gateway discovers it.
+    alias: str = MODEL_ALIAS
     #: Extra llama-server flags.
     extra: tuple[str, ...] = field(default_factory=tuple)
 
@@ -82,6 +84,7 @@ LOCAL_TIERS: dict[str, LocalTier] = {
         ),
         parallel=4,
         ctx_size=4 * 4096,
+        alias=MODEL_ALIAS + "-fast",
         extra=(
             "--cache-prompt",
             "--cache-reuse",
@@ -103,6 +106,11 @@ LOCAL_TIERS: dict[str, LocalTier] = {
             "0",
             "--cache-ram",
             "0",
+            # the default frequency penalty of requests that set none: it keeps the 135M
+            # model out of the loops its greedy decoding falls into (engines/LOCAL.md);
+            # a setting of this engine, never sent to a user's engines
+            "--frequency-penalty",
+            "0.8",
         ),
     ),
 }
@@ -213,7 +221,7 @@ def server_argv(
         "--model",
         str(find_model_path()),
         "--alias",
-        MODEL_ALIAS,
+        settings.alias,
         "--host",
         host,
         "--port",

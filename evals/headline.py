@@ -286,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         urls = start_engines(run, out)
         rules = yaml.safe_load(REPO_RULES.read_text())
-        models = {t: rules["tiers"][t]["model"] for t in ("highspeed", "standard")}
+        models = {t: rules["tiers"][t].get("model") or t for t in ("highspeed", "standard")}
         run.targets = [
             Target("fast (raw)", urls["highspeed"], models["highspeed"]),
             Target("standard (raw)", urls["standard"], models["standard"]),

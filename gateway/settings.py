@@ -16,6 +16,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 _POOL_ENV = re.compile(r"^GATEWAY_POOL_([A-Z0-9_]+)_URLS$")
+_MODEL_ENV = re.compile(r"^GATEWAY_POOL_([A-Z0-9_]+)_MODEL$")
 # the repository's rules; an installed package carries a copy (gateway/routing_rules.yaml is a
 # link to it in the repository, a file in a wheel)
 _HERE = Path(__file__).resolve().parent
@@ -74,6 +75,13 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024, le=512 * 1024 * 1024)
     # tier/pool name (lower case) -> base URLs; filled from GATEWAY_POOL_<NAME>_URLS
     pool_urls: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    # tier name (lower case) -> model name sent to its engines; GATEWAY_POOL_<NAME>_MODEL
+    pool_models: dict[str, str] = Field(default_factory=dict)
+    cors_origins: str = Field(
+        default="",
+        description="comma-separated origins allowed to call the data plane from a browser "
+        "('*': any); empty: no CORS headers",
+    )
 
     @field_validator("pool_urls")
     @classmethod
@@ -116,6 +124,10 @@ class Settings(BaseSettings):
         """Tenant keys are required when a shared store or an admin token is configured."""
         return self.redis_url is not None or self.admin_token is not None
 
+    def cors(self) -> frozenset[str]:
+        """The origins CORS answers for (``*``: any); empty: CORS is off."""
+        return frozenset(o.strip().rstrip("/") for o in self.cors_origins.split(",") if o.strip())
+
     def rules_path(self) -> Path:
         """--rules / GATEWAY_RULES, else ./routing_rules.yaml, else the repository's copy."""
         if self.rules is not None:
@@ -133,14 +145,26 @@ def pool_urls_from_env(environ: Mapping[str, str]) -> dict[str, tuple[str, ...]]
     return out
 
 
+def pool_models_from_env(environ: Mapping[str, str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in environ.items():
+        m = _MODEL_ENV.match(key)
+        if m and value.strip():
+            out[m.group(1).lower()] = value.strip()
+    return out
+
+
 def load_settings(environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:
     """Settings from the environment (or ``environ``), with explicit overrides on top."""
     env = os.environ if environ is None else environ
-    values: dict[str, object] = {"pool_urls": pool_urls_from_env(env)}
+    values: dict[str, object] = {
+        "pool_urls": pool_urls_from_env(env),
+        "pool_models": pool_models_from_env(env),
+    }
     if environ is not None:
         for field in Settings.model_fields:
             key = f"GATEWAY_{field.upper()}"
-            if key in environ and field != "pool_urls":
+            if key in environ and field not in ("pool_urls", "pool_models"):
                 values[field] = environ[key]
     values.update({k: v for k, v in overrides.items() if v is not None})
     if environ is None:

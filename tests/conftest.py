@@ -88,7 +88,8 @@ class Proc:
         return self._log.read().decode(errors="replace")
 
 
-def start_engine(name: str) -> tuple[Proc, str]:
+def start_engine(name: str, *args: str) -> tuple[Proc, str]:
+    """A fake engine (tests/fake_engine.py); ``args``: more of its flags (--model, --strict)."""
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     proc = Proc(
@@ -99,6 +100,7 @@ def start_engine(name: str) -> tuple[Proc, str]:
             name,
             "--port",
             str(port),
+            *args,
         ],
         f"{base}/health",
     )
@@ -138,8 +140,9 @@ def start_gateway(
 
 @pytest.fixture(scope="session")
 def engines() -> Iterator[dict[str, str]]:
-    hs, hs_url = start_engine("highspeed")
-    st, st_url = start_engine("standard")
+    # the tiers' models are discovered from these engines' /v1/models
+    hs, hs_url = start_engine("highspeed", "--model", "fake-highspeed")
+    st, st_url = start_engine("standard", "--model", "fake-standard")
     yield {"highspeed": hs_url, "standard": st_url}
     hs.stop()
     st.stop()

@@ -21,6 +21,10 @@ Continuation: when the last message is the assistant's (prefill, with or without
 (or " [continued]" when ``text`` does not start with it); with ``echo_prefix`` the
 prefix is repeated in front of it, as llama.cpp's server does.
 
+``--model M`` sets the model id ``/v1/models`` lists (default: the name); with
+``--strict`` a request naming another model gets vLLM's 404. ``POST /v1/embeddings``
+answers a small deterministic vector per input (``encoding_format`` float or base64).
+
 ``GET /_requests`` lists the bodies received (newest last), ``POST /_reset`` clears
 them, ``GET /_cancelled`` counts streams whose client went away before the end.
 """
@@ -29,8 +33,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import re
+import struct
 import time
 from typing import Any
 
@@ -72,10 +78,42 @@ def last_user(body: dict[str, Any]) -> str:
 
 
 class Engine:
-    def __init__(self, name: str):
+    def __init__(self, name: str, model: str | None = None, strict: bool = False):
         self.name = name
+        self.model = model or name
+        self.strict = strict
         self.requests: list[dict[str, Any]] = []
         self.cancelled = 0
+
+    def wrong_model(self, body: dict[str, Any]) -> web.Response | None:
+        if not self.strict or body.get("model") == self.model:
+            return None
+        msg = f"The model `{body.get('model')}` does not exist."
+        err = {"object": "error", "message": msg, "type": "NotFoundError", "code": 404}
+        return web.json_response(err, status=404)
+
+    async def embeddings(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.requests.append(body)
+        bad = self.wrong_model(body)
+        if bad is not None:
+            return bad
+        inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        d = directives({"prompt": " ".join(map(str, inputs))}, self.name)
+        if "status" in d:
+            err = {"error": {"message": f"{self.name} says {d['status']}", "code": d["status"]}}
+            return web.json_response(err, status=int(d["status"]))
+        data = []
+        for i, text in enumerate(inputs):
+            vec = [float(len(str(text))), float(i), 0.5]
+            emb: Any = vec
+            if body.get("encoding_format") == "base64":
+                emb = base64.b64encode(struct.pack(f"<{len(vec)}f", *vec)).decode()
+            data.append({"object": "embedding", "index": i, "embedding": emb})
+        usage = {"prompt_tokens": len(inputs), "total_tokens": len(inputs)}
+        return web.json_response(
+            {"object": "list", "data": data, "model": body.get("model"), "usage": usage}
+        )
 
     def answer(self, body: dict[str, Any], d: dict[str, str]) -> tuple[str, str, list[Any]]:
         text = d.get("text") or f"Echo ({self.name}): {last_user(body)}"
@@ -111,6 +149,9 @@ class Engine:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
+        bad = self.wrong_model(body)
+        if bad is not None:
+            return bad
         d = directives(body, self.name)
         if "delay" in d:
             await asyncio.sleep(float(d["delay"]))
@@ -235,12 +276,127 @@ class Engine:
         return resp
 
 
-def make_app(name: str) -> web.Application:
-    eng = Engine(name)
+def responses_view(body: dict[str, Any]) -> dict[str, Any]:
+    """A Responses API body seen as chat messages (enough for directives and echo)."""
+    inp = body.get("input")
+    msgs: list[dict[str, Any]] = []
+    if isinstance(body.get("instructions"), str):
+        msgs.append({"role": "system", "content": body["instructions"]})
+    if isinstance(inp, str):
+        msgs.append({"role": "user", "content": inp})
+    for item in inp if isinstance(inp, list) else []:
+        c = item.get("content")
+        if isinstance(c, list):
+            c = "".join(p.get("text", "") for p in c if isinstance(p, dict))
+        if item.get("role") and isinstance(c, str):
+            msgs.append({"role": item["role"], "content": c})
+    return {"messages": msgs}
+
+
+class ResponsesEngine:
+    """``POST /v1/responses`` of the fake engine (as vLLM and SGLang serve it)."""
+
+    def __init__(self, eng: Engine):
+        self.eng = eng
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        eng = self.eng
+        body = await request.json()
+        eng.requests.append(body)
+        bad = eng.wrong_model(body)
+        if bad is not None:
+            return bad
+        view = responses_view(body)
+        d = directives(view, eng.name)
+        if "status" in d:
+            err = {"error": {"message": f"{eng.name} says {d['status']}", "code": d["status"]}}
+            return web.json_response(err, status=int(d["status"]))
+        text, finish, calls = eng.answer(view, d)
+        output: list[dict[str, Any]] = []
+        if text:
+            part = {"type": "output_text", "text": text, "annotations": []}
+            output.append(
+                {
+                    "id": "msg_1",
+                    "type": "message",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [part],
+                }
+            )
+        for c in calls:
+            output.append(
+                {
+                    "id": "fc_1",
+                    "type": "function_call",
+                    "status": "completed",
+                    "call_id": c["id"],
+                    "name": c["function"]["name"],
+                    "arguments": c["function"]["arguments"],
+                }
+            )
+        usage = {"input_tokens": 7, "output_tokens": max(1, len(text.split())), "total_tokens": 0}
+        resp = {
+            "id": f"resp_{eng.name}_{len(eng.requests)}",
+            "object": "response",
+            "created_at": int(time.time()),
+            "model": body.get("model"),
+            "status": "incomplete" if finish == "length" else "completed",
+            "output": output,
+            "usage": usage,
+        }
+        if not body.get("stream"):
+            return web.json_response(resp)
+        return await self.stream(request, resp, text, d)
+
+    async def stream(
+        self, request: web.Request, resp: dict[str, Any], text: str, d: dict[str, str]
+    ) -> web.StreamResponse:
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+
+        async def send(kind: str, **fields: Any) -> None:
+            doc = {"type": kind, **fields}
+            await out.write(f"event: {kind}\ndata: {json.dumps(doc)}\n\n".encode())
+
+        await send("response.created", response={**resp, "status": "in_progress", "output": []})
+        if "first_error" in d:
+            await send("error", message=f"{self.eng.name} failed", code="server_error")
+            return out
+        for i, item in enumerate(resp["output"]):
+            empty = {"arguments": ""} if item["type"] == "function_call" else {"content": []}
+            await send("response.output_item.added", output_index=i, item={**item, **empty})
+            if item["type"] == "message":
+                words = text.split(" ")
+                for j, w in enumerate(words):
+                    piece = w + (" " if j < len(words) - 1 else "")
+                    await send(
+                        "response.output_text.delta",
+                        item_id=item["id"],
+                        output_index=i,
+                        content_index=0,
+                        delta=piece,
+                    )
+                    await asyncio.sleep(float(d.get("gap", "0")))
+            else:
+                await send(
+                    "response.function_call_arguments.delta",
+                    item_id=item["id"],
+                    output_index=i,
+                    delta=item["arguments"],
+                )
+            await send("response.output_item.done", output_index=i, item=item)
+        await send("response.completed", response=resp)
+        return out
+
+
+def make_app(name: str, model: str | None = None, strict: bool = False) -> web.Application:
+    eng = Engine(name, model, strict)
     app = web.Application()
 
     async def models(_: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": name, "object": "model"}]})
+        card = {"id": eng.model, "object": "model"}
+        return web.json_response({"object": "list", "data": [card]})
 
     async def requests(_: web.Request) -> web.Response:
         return web.json_response(eng.requests)
@@ -258,6 +414,8 @@ def make_app(name: str) -> web.Application:
 
     app.router.add_post("/v1/chat/completions", eng.handle)
     app.router.add_post("/v1/completions", eng.handle)
+    app.router.add_post("/v1/embeddings", eng.embeddings)
+    app.router.add_post("/v1/responses", ResponsesEngine(eng).handle)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
     app.router.add_get("/_requests", requests)
@@ -270,9 +428,11 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--name", required=True)
     ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--strict", action="store_true")
     a = ap.parse_args()
     web.run_app(
-        make_app(a.name),
+        make_app(a.name, a.model, a.strict),
         host="127.0.0.1",
         port=a.port,
         access_log=None,

@@ -177,7 +177,7 @@ def test_oversize_chunked_body_is_413(gateway: str) -> None:
     [
         ("GET", "/v1/chat/completions", 405, "method_not_allowed"),
         ("POST", "/v1/models", 405, "method_not_allowed"),
-        ("GET", "/v1/embeddings", 404, "not_found"),
+        ("GET", "/v1/nope", 404, "not_found"),
         ("POST", "/nope", 404, "not_found"),
     ],
     ids=["get-chat", "post-models", "unknown-get", "unknown-post"],

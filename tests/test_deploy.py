@@ -130,12 +130,11 @@ def test_configmap_rules_validate_and_point_at_the_engines() -> None:
     for tier in TIERS:
         t = rules.tiers[tier]
         assert t.endpoints == (f"http://sglang-{tier}:{rd.SGLANG_PORT}",)
-        assert t.model == load_profile(tier).model.served_model_name.value
+        assert t.model is None  # discovered: the profile's served_model_name
         assert t.request_defaults == {}  # the local engine's sampling crutch stays local
         assert t.continuation == "continue_final_message"  # how SGLang continues a text
         same = {
             "endpoints": t.endpoints,
-            "model": t.model,
             "request_defaults": {},
             "continuation": "continue_final_message",
         }

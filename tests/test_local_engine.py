@@ -8,7 +8,9 @@ local engine is not installed (``make install-local``).
 
 from __future__ import annotations
 
+import json
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -143,3 +145,13 @@ def test_real_completions_endpoint(client: Any) -> None:
     )
     assert raw.parse().choices[0].text.strip()
     assert raw.headers["x-gateway-tier"] == "highspeed"
+
+
+def test_tiers_discover_the_local_engines_models(local_gateway: str) -> None:
+    """The rules name no model: each tier sends what its engine serves (its --alias); the
+    standard engine's frequency penalty is its own default, not a field the gateway adds."""
+    with urllib.request.urlopen(f"{local_gateway}/readyz", timeout=10) as r:
+        models = json.loads(r.read())["models"]
+    assert models["highspeed"]["model"] == "smollm2-135m-instruct-fast"
+    assert models["standard"]["model"] == "smollm2-135m-instruct"
+    assert models["standard"]["source"] == "discovered"

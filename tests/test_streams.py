@@ -99,7 +99,7 @@ def test_failure_inside_hold_back_falls_back_cleanly(held: str, fault: str, reas
     assert headers["x-gateway-tier"] == "standard"
     assert headers["x-gateway-fallback"].startswith(reason)
     assert_one_stream(events)
-    assert chunks(events)[0]["model"] == "smollm2-135m-instruct"
+    assert chunks(events)[0]["model"] == "fake-standard"
     assert comments[-1].startswith(": x-gateway-fallback " + reason)
 
 
@@ -150,7 +150,7 @@ def test_live_failure_is_continued_exactly(
     assert content(events) == ANSWER  # no gap, no duplicate, no leaked token
     assert headers["x-gateway-tier"] == "highspeed"  # the headers were sent before the fault
     assert_one_stream(events)
-    assert chunks(events)[0]["model"] == "smollm2-135m-instruct-fast"
+    assert chunks(events)[0]["model"] == "fake-highspeed"
     assert chunks(events)[-1]["choices"][0]["finish_reason"] == "stop"
     assert comments[-1].startswith(": x-gateway-fallback " + reason)
     assert comments[-1].endswith("-> standard")

@@ -113,6 +113,8 @@ class RequestFacts:
     """response_format.json_schema.schema when given."""
     tools: dict[str, dict[str, Any] | None]
     """Function name -> its "parameters" JSON schema (None if absent)."""
+    other_tools: frozenset[str] = frozenset()
+    """Types of the other tools offered (e.g. "custom"): calls of these pass unjudged."""
 
 
 class Check(Protocol):

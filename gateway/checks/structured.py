@@ -230,7 +230,8 @@ class ToolCallValidCheck:
     """Every tool call must be a function call to a function the client offered, with
     arguments that are a JSON object string matching the function's parameter schema.
 
-    A missing "type" is accepted (clients read only "function"); any other type fails.
+    A missing "type" is accepted (clients read only "function"); a call of another tool
+    type the client offered (e.g. "custom") passes unjudged; any other type fails.
     Passes when there are no tool calls.
     """
 
@@ -249,6 +250,8 @@ class ToolCallValidCheck:
 
     def _call_error(self, call: dict[str, Any], req: RequestFacts) -> str | None:
         kind = call.get("type", "function")
+        if kind in req.other_tools:
+            return None  # a kind of tool the client offered that we cannot judge ("custom")
         if kind != "function":
             return f"type {snippet(kind)} is not 'function'"
         function = call.get("function")

@@ -97,7 +97,9 @@ def _known(value: str | None, known: Mapping[str, object], header: str, what: st
 class Classifier:
     """Compiled from one :class:`Rules`; rebuilt whenever the rules change."""
 
-    def __init__(self, rules: Rules):
+    def __init__(self, rules: Rules, served: Mapping[str, str] | None = None):
+        """``served``: tier -> the model its engines serve (configured or discovered);
+        default: the models the rules name."""
         c = rules.classify
         self._rules = rules
         self._scan = c.scan_chars
@@ -115,7 +117,9 @@ class Classifier:
             label: (label if label in rules.tasks else c.default_task)
             for label in (self._model.labels if self._model else ())
         }
-        self._model_tiers = {t.model: name for name, t in rules.tiers.items()}
+        if served is None:
+            served = {n: t.model for n, t in rules.tiers.items() if t.model is not None}
+        self._model_tiers = {model: name for name, model in served.items()}
         names: set[str] = set()
         for r in rules.rules:
             names.update(k.lower() for k in (r.when.headers or {}))
@@ -124,7 +128,7 @@ class Classifier:
     def classify(self, req: ClientRequest, headers: Mapping[str, str]) -> Classification:
         rules = self._rules
         tier_hint, hint_source = self._tier_hint(req.model, headers.get(H_TIER))
-        has_tools = bool(req.facts.tools)
+        has_tools = bool(req.facts.tools or req.facts.other_tools)
 
         task = _known(headers.get(H_TASK), rules.tasks, H_TASK, "task")
         scores: tuple[tuple[str, float], ...] = ()

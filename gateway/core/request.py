@@ -32,6 +32,9 @@ class ClientRequest:
     prompt_chars: int  # size of the whole prompt, for the token estimate
     affinity: int = 0  # hash of the prompt's head: same head -> same replica (prefix cache)
     max_tokens: int | None = None  # max_tokens / max_completion_tokens, when the client set one
+    # the client's own Responses API body (``body`` is its chat translation): sent as it is
+    # to tiers whose engines serve the Responses API
+    native: dict[str, Any] | None = None
 
     @property
     def prompt_tokens(self) -> int:
@@ -83,6 +86,21 @@ def _decode(raw: bytes) -> dict[str, Any]:
     return body
 
 
+def decode_body(raw: bytes) -> dict[str, Any]:
+    """The body as a JSON object, or a precise 400."""
+    return _decode(raw)
+
+
+def require_str(body: dict[str, Any], param: str) -> str:
+    """``body[param]`` when it is a string; a 400 naming ``param`` when missing or not."""
+    v = body.get(param)
+    if v is None:
+        raise _missing(param)
+    if not isinstance(v, str):
+        raise _type(param, "a string", v)
+    return v
+
+
 def _common(body: dict[str, Any]) -> tuple[str, bool, int | None]:
     model = body.get("model")
     if model is None:
@@ -122,16 +140,22 @@ def _content_text(content: object, param: str) -> str:
     raise _type(param, "a string or an array of content parts", content)
 
 
-def _tools(body: dict[str, Any]) -> dict[str, dict[str, Any] | None]:
+def _tools(body: dict[str, Any]) -> tuple[dict[str, dict[str, Any] | None], frozenset[str]]:
+    """Function tools (name -> parameters schema) and the types of the other tools."""
     tools = body.get("tools")
     if tools is None:
-        return {}
+        return {}, frozenset()
     if not isinstance(tools, list):
         raise _type("tools", "an array", tools)
     out: dict[str, dict[str, Any] | None] = {}
+    other: set[str] = set()
     for i, t in enumerate(tools):
         if not isinstance(t, dict):
             raise _type(f"tools[{i}]", "an object", t)
+        kind = t.get("type", "function")
+        if kind != "function":
+            other.add(str(kind))  # "custom", a hosted tool: passed through, the engine's to judge
+            continue
         fn = t.get("function")
         if not isinstance(fn, dict):
             raise _missing(f"tools[{i}].function")
@@ -142,7 +166,7 @@ def _tools(body: dict[str, Any]) -> dict[str, dict[str, Any] | None]:
         if params is not None and not isinstance(params, dict):
             raise _type(f"tools[{i}].function.parameters", "an object", params)
         out[name] = params
-    return out
+    return out, frozenset(other)
 
 
 def _response_format(body: dict[str, Any]) -> tuple[bool, dict[str, Any] | None]:
@@ -205,11 +229,9 @@ def parse_chat(raw: bytes) -> ClientRequest:
             head = text[:256]
         if role == "user":
             last_user = text
-    tools = _tools(body)
+    tools, other_tools = _tools(body)
     json_mode, schema = _response_format(body)
-    facts = RequestFacts(
-        max_tokens_set=max_set, json_mode=json_mode, json_schema=schema, tools=tools
-    )
+    facts = RequestFacts(max_set, json_mode, schema, tools, other_tools)
     return ClientRequest(
         "chat", body, model, stream, facts, last_user, chars, _affinity(head), max_tokens
     )

@@ -96,7 +96,12 @@ class Tier(_Strict):
     price: Price | None = Field(
         default=None, description="USD per 1M tokens; litellm tiers: LiteLLM's price map"
     )
-    model: str = Field(min_length=1, description="model name sent to the engines")
+    model: str | None = Field(
+        default=None,
+        min_length=1,
+        description="model name sent to the engines; unset: the first one their "
+        "GET /v1/models lists (re-checked by the health probe)",
+    )
     endpoints: tuple[str, ...] = Field(min_length=1)
     timeouts: Timeouts = Timeouts()
     circuit: Circuit = Circuit()
@@ -114,6 +119,14 @@ class Tier(_Strict):
         default=True,
         description="ask this tier's engines for a stream even when the client did not, so "
         "first-token, stall and loop checks act during generation",
+    )
+    embeddings: bool = Field(
+        default=False, description="this tier's engines serve POST /v1/embeddings"
+    )
+    responses_api: bool = Field(
+        default=False,
+        description="this tier's engines serve POST /v1/responses (SGLang, vLLM): Responses "
+        "API requests are passed through; otherwise they are translated to chat completions",
     )
     max_connections: int = Field(default=1000, ge=1, description="per replica")
     keepalive: float = Field(
@@ -306,6 +319,16 @@ class Rules(_Strict):
         for name, urls in overrides.items():
             if name in tiers:
                 tiers[name] = tiers[name].model_copy(update={"endpoints": urls})
+        return self.model_copy(update={"tiers": tiers})
+
+    def with_models(self, models: dict[str, str]) -> Rules:
+        """A copy whose tiers send ``models`` (tier name -> model name) to their engines."""
+        if not models:
+            return self
+        tiers = dict(self.tiers)
+        for name, model in models.items():
+            if name in tiers:
+                tiers[name] = tiers[name].model_copy(update={"model": model})
         return self.model_copy(update={"tiers": tiers})
 
 

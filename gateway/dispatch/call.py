@@ -10,6 +10,7 @@ from gateway.checks.base import Check
 from gateway.core.request import ClientRequest
 from gateway.core.router import RouteDecision
 from gateway.upstream.pools import Pool
+from gateway.upstream.responses_events import RESPONSES_PATH
 
 PATHS = MappingProxyType({"chat": "/v1/chat/completions", "completions": "/v1/completions"})
 
@@ -29,9 +30,24 @@ class Call:
     def affinity(self) -> int:
         return self.req.affinity
 
+    def path_for(self, pool: Pool) -> str:
+        return RESPONSES_PATH if self.native(pool) else PATHS[self.req.kind]
+
+    def native(self, pool: Pool) -> bool:
+        """Whether ``pool`` gets the client's own Responses API body (its engines serve it)."""
+        return self.req.native is not None and pool.tier.responses_api
+
     def body_for(self, pool: Pool, **fields: Any) -> dict[str, Any]:
         """The client's body for ``pool``'s tier: its model, its defaults where the client set
         none, and ``fields`` on top. A new dict: the client's own is never changed."""
+        if self.req.native is not None and pool.tier.responses_api:
+            stream = fields.get("stream", self.req.stream)
+            return {
+                **pool.tier.request_defaults,
+                **self.req.native,
+                "model": pool.model,
+                "stream": stream,
+            }
         return {**pool.tier.request_defaults, **self.req.body, "model": pool.model, **fields}
 
     def can_be_continued(self) -> bool:

@@ -101,7 +101,10 @@ class Completer:
         t0 = time.perf_counter()
         try:
             data = await pool.post(
-                rep, call.path, body, pool.limits(how.until - time.monotonic(), stream=False)
+                rep,
+                call.path_for(pool),
+                body,
+                pool.limits(how.until - time.monotonic(), stream=False),
             )
         except AttemptError as e:
             pool.record(not e.retryable)

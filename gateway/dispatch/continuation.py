@@ -35,8 +35,8 @@ Run = Callable[..., Awaitable[tuple[str, Any]]]
 def continuation_body(call: Call, pool: Pool, prefix: str, sent_tokens: int) -> bytes | None:
     """The request that asks ``pool`` to continue the assistant text ``prefix``."""
     style = pool.tier.continuation
-    if style == "off" or not pool.continues:
-        return None
+    if style == "off" or not pool.continues or call.native(pool):
+        return None  # (the Responses API has no assistant-prefix continuation)
     req = call.req
     body = call.body_for(pool)
     if req.kind == "chat":

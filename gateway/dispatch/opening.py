@@ -83,7 +83,7 @@ class StreamOpener:
         rep.in_flight += 1
         try:
             async with asyncio.timeout(ttft):
-                s.up = await pool.open(rep, call.path, body, pool.limits(remaining, stream=True))
+                s.up = await pool.open(rep, call.path_for(pool), body, pool.limits(remaining, True))
                 await _first_token(s)
             self._book.add(pool.name, "ttft", time.perf_counter() - t0)
             if how.first_token is not None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from aiohttp import web
 
 from gateway.core.rules import Rules
+from gateway.server import cors
 from gateway.server.handlers import add_routes
 from gateway.server.middleware import catch_all
 from gateway.server.state import GATEWAY, Gateway
@@ -48,5 +49,6 @@ def create_app(settings: Settings, src: AppSource) -> web.Application:
         await gw.close()
 
     app.cleanup_ctx.append(lifespan)
+    cors.install(app, settings.cors())
     add_routes(app)
     return app

@@ -13,6 +13,7 @@ import os
 import time
 import zlib
 from collections.abc import Callable
+from typing import Protocol
 
 import orjson
 from aiohttp import web
@@ -20,7 +21,7 @@ from opentelemetry import trace
 
 from gateway.core.request import ClientRequest, parse_chat, parse_completion
 from gateway.dispatch.outcome import Outcome
-from gateway.dispatch.relay import StreamRelay
+from gateway.dispatch.relay import Sink, StreamRelay
 from gateway.errors import (
     BodyTimeout,
     GatewayError,
@@ -43,25 +44,39 @@ from gateway.upstream.transport import AttemptError
 
 log = logging.getLogger("gateway.server")
 Parse = Callable[[bytes], ClientRequest]
+
+
+class Wire(Protocol):
+    """How answers leave when the client speaks another API than the engine (the Responses
+    API over chat completions): the JSON answer and the stream, translated."""
+
+    def answer(self, body: bytes) -> bytes: ...
+
+    def sink(self, resp: web.StreamResponse) -> Sink: ...
+
+
 _ENCODINGS = frozenset(("", "identity", "gzip", "deflate", "x-gzip"))
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
-    return await _handle(request, parse_chat, "chat")
+    return await handle(request, parse_chat, "chat")
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
-    return await _handle(request, parse_completion, "text_completion")
+    return await handle(request, parse_completion, "text_completion")
 
 
-async def _handle(request: web.Request, parse: Parse, kind: str) -> web.StreamResponse:
+async def handle(
+    request: web.Request, parse: Parse, kind: str, wire: Wire | None = None
+) -> web.StreamResponse:
+    """Serve one completion request; ``wire`` translates its answer (None: as it is)."""
     gw = request.app[GATEWAY]
     rt = gw.runtime  # the one snapshot this request uses, whatever is published meanwhile
     ex = Exchange(request_id(request), kind)
     rt.pools.acquire()
     with gw.telemetry.span(kind, {"gateway.request_id": ex.rid}, trace.SpanKind.SERVER) as span:
         try:
-            return await _serve(request, gw, rt, parse, ex)
+            return await _serve(request, gw, rt, (parse, wire), ex)
         finally:
             rt.pools.release()
             gw.telemetry.record(ex.record())
@@ -70,8 +85,9 @@ async def _handle(request: web.Request, parse: Parse, kind: str) -> web.StreamRe
 
 
 async def _serve(
-    request: web.Request, gw: Gateway, rt: Runtime, parse: Parse, ex: Exchange
+    request: web.Request, gw: Gateway, rt: Runtime, how: tuple[Parse, Wire | None], ex: Exchange
 ) -> web.StreamResponse:
+    parse, wire = how
     try:
         eff = ex.eff = await gw.access.authenticate(request.headers.get("Authorization"))
         req = parse(await read_body(request, gw.settings))
@@ -85,7 +101,7 @@ async def _serve(
         if req.stream:
             ex.stream = True
             relay = await rt.dispatcher.stream(call)
-            return await _relay(request, gw, rt, ex, relay)
+            return await _relay(request, gw, (rt, wire), ex, relay)
         out = await rt.dispatcher.complete(call)
     except GatewayError as e:
         return _failed(gw, ex, e)
@@ -98,7 +114,10 @@ async def _serve(
         ex.status, ex.error = (499, "client_closed") if _cancelled(e) else (500, "internal_error")
         _account(gw, ex)
         raise
-    return _answer(gw, rt, ex, req, out)
+    resp = _answer(gw, rt, ex, req, out)
+    if wire is not None:
+        resp.body = wire.answer(out.body)
+    return resp
 
 
 def _cancelled(e: BaseException) -> bool:
@@ -132,8 +151,13 @@ def _answer(
 
 
 async def _relay(
-    request: web.Request, gw: Gateway, rt: Runtime, ex: Exchange, relay: StreamRelay
+    request: web.Request,
+    gw: Gateway,
+    rtw: tuple[Runtime, Wire | None],
+    ex: Exchange,
+    relay: StreamRelay,
 ) -> web.StreamResponse:
+    rt, wire = rtw
     ex.trail, ex.tier = relay.trail, relay.tier
     headers = ex.headers()
     headers[H_REQUEST_ID] = ex.rid
@@ -150,7 +174,7 @@ async def _relay(
         raise
     ex.first_byte = time.perf_counter()
     try:
-        await _drive(relay, resp, ex)
+        await _drive(relay, resp if wire is None else wire.sink(resp), ex)
     finally:
         ex.tier, ex.usage, ex.cost = relay.tier, relay.usage(), relay.cost()
         if relay.broken:
@@ -161,7 +185,7 @@ async def _relay(
     return resp
 
 
-async def _drive(relay: StreamRelay, resp: web.StreamResponse, ex: Exchange) -> None:
+async def _drive(relay: StreamRelay, resp: Sink, ex: Exchange) -> None:
     """Relay to the end. The head is sent: a bug from here on ends the stream with an error
     event and ``[DONE]`` (logged once), never a second response head."""
     try:

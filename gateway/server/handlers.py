@@ -1,28 +1,34 @@
 """The data plane's small handlers (models, health, metrics, unknown paths) and its routes.
 
-The completion handlers live in :mod:`gateway.server.completions`.
+The completion handlers live in :mod:`gateway.server.completions`, the Responses API in
+:mod:`gateway.server.responses_api`, embeddings in :mod:`gateway.server.embeddings`.
 """
 
 from __future__ import annotations
 
 from types import MappingProxyType
 
+import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from gateway.errors import MethodNotAllowed, NotFound
+from gateway.errors import MethodNotAllowed, ModelNotFound, NotFound
 from gateway.server.completions import chat_completions, completions
+from gateway.server.embeddings import embeddings
 from gateway.server.responses import JSON, error_response, request_id
+from gateway.server.responses_api import responses
 from gateway.server.state import GATEWAY
 
 _KNOWN = MappingProxyType(
     {
         "/v1/chat/completions": "POST",
         "/v1/completions": "POST",
-        "/v1/models": "GET",
-        "/healthz": "GET",
-        "/readyz": "GET",
-        "/metrics": "GET",
+        "/v1/responses": "POST",
+        "/v1/embeddings": "POST",
+        "/v1/models": "GET, HEAD",
+        "/healthz": "GET, HEAD",
+        "/readyz": "GET, HEAD",
+        "/metrics": "GET, HEAD",
     }
 )
 
@@ -36,19 +42,34 @@ async def models(request: web.Request) -> web.Response:
     return web.Response(body=request.app[GATEWAY].runtime.models_body, content_type=JSON)
 
 
+async def model(request: web.Request) -> web.Response:
+    """``GET /v1/models/{id}``: one entry of the list, or a 404 envelope."""
+    name = request.match_info["model"]
+    for entry in orjson.loads(request.app[GATEWAY].runtime.models_body)["data"]:
+        if entry["id"] == name:
+            return web.json_response(entry)
+    err = ModelNotFound(f"The model '{name}' does not exist.", param="model")
+    return error_response(err, request_id(request))
+
+
 async def healthz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
 
 async def readyz(request: web.Request) -> web.Response:
-    health = request.app[GATEWAY].runtime.pools.health()
+    pools = request.app[GATEWAY].runtime.pools
+    health = pools.health()
     ok = any(health.values())
-    return web.json_response({"ready": ok, "tiers": health}, status=200 if ok else 503)
+    models = {name: p.models.state() for name, p in pools.by_tier.items()}
+    body = {"ready": ok, "tiers": health, "models": models}
+    return web.json_response(body, status=200 if ok else 503)
 
 
 async def fallthrough(request: web.Request) -> web.Response:
     rid = request_id(request)
     method = _KNOWN.get(request.path)
+    if method is None and request.path.startswith("/v1/models/"):
+        method = "GET, HEAD"
     if method is not None:
         return error_response(
             MethodNotAllowed(f"{request.method} is not allowed on {request.path}; use {method}."),
@@ -70,8 +91,11 @@ async def fallthrough(request: web.Request) -> web.Response:
 def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/completions", completions)
-    app.router.add_get("/v1/models", models, allow_head=False)
-    app.router.add_get("/healthz", healthz, allow_head=False)
-    app.router.add_get("/readyz", readyz, allow_head=False)
-    app.router.add_get("/metrics", metrics, allow_head=False)
+    app.router.add_post("/v1/responses", responses)
+    app.router.add_post("/v1/embeddings", embeddings)
+    app.router.add_get("/v1/models", models)  # and HEAD, as on every GET route
+    app.router.add_get("/v1/models/{model:.+}", model)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
     app.router.add_route("*", "/{tail:.*}", fallthrough)

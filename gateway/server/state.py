@@ -15,7 +15,7 @@ import contextlib
 import logging
 import secrets
 from collections.abc import Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +73,7 @@ class Gateway:
         store: Store | None = None,
         transport: TransportFactory | None = None,
     ) -> Gateway:
-        rules = rules.with_endpoints(settings.pool_urls)
+        rules = rules.with_endpoints(settings.pool_urls).with_models(settings.pool_models)
         if store is None and settings.redis_url:
             store = RedisStore(settings.redis_url, settings.redis_prefix, settings.redis_timeout)
         elif store is None and settings.admin_token is not None:
@@ -86,18 +86,35 @@ class Gateway:
         access = Access(store, secret, settings.tenancy, settings.policy_cache_ttl)
         tel = Telemetry(settings.otlp_endpoint)
         pools = Pools(dict(rules.tiers), transport)
-        return cls(settings, store, access, tel, _runtime(rules, pools, tel, store), transport)
+        gw = cls(settings, store, access, tel, _runtime(rules, pools, tel, store), transport)
+        for p in pools.by_tier.values():
+            p.on_models = lambda: gw.models_changed(pools)
+        return gw
 
     def use_rules(self, rules: Rules) -> None:
         """Publish a snapshot for new rules; pools are rebuilt only when the tiers changed."""
+        rules = rules.with_models(self.settings.pool_models)
         old = self.runtime
         pools = old.pools
         if rules.tiers != old.rules.tiers:
-            pools = Pools(dict(rules.tiers), self.transport)
+            pools = Pools(dict(rules.tiers), self.transport, self.models_changed)
+            _inherit_models(pools, old.pools)
             pools.start()
             grace = max((t.timeouts.total for t in old.rules.tiers.values()), default=60)
             self.spawn(old.pools.retire(grace))
         self.runtime = _runtime(rules, pools, self.telemetry, self.store)
+
+    def models_changed(self, pools: Pools) -> None:
+        """A tier's discovered model changed: republish what names the models (the
+        classifier's model -> tier map, ``/v1/models``), keeping the rest of the snapshot."""
+        rt = self.runtime
+        if rt.pools is pools:
+            served = pools.served()
+            self.runtime = replace(
+                rt,
+                classifier=Classifier(rt.rules, served),
+                models_body=_models_body(rt.rules, served),
+            )
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run a background task (usage accounting, cleanups) that is awaited at shutdown."""
@@ -106,6 +123,9 @@ class Gateway:
         task.add_done_callback(self._tasks.discard)
 
     async def start(self, rules_path: Path, rules_text: str) -> None:
+        tiers = self.runtime.rules.tiers.values()
+        if any(t.model is None for t in tiers):  # before listening: requests get real names
+            await self.runtime.pools.discover(min(5.0, max(t.health.timeout for t in tiers)))
         self.runtime.pools.start()
         self.telemetry.start()
         self.control = RulesControl(
@@ -161,20 +181,31 @@ def _runtime(rules: Rules, pools: Pools, tel: Telemetry, store: Store | None) ->
     dispatcher = Dispatcher(
         pools, build_checks(rules.checks), rules.dispatch, rules.checks.repetition, tel
     )
+    served = pools.served()
     return Runtime(
         rules,
-        Classifier(rules),
+        Classifier(rules, served),
         Router(rules),
         pools,
         dispatcher,
         Shadow(pools, store, tel),
-        _models_body(rules),
+        _models_body(rules, served),
     )
 
 
-def _models_body(rules: Rules) -> bytes:
+def _inherit_models(new: Pools, old: Pools) -> None:
+    """What the old pools discovered, for new pools of the same engines (until re-probed)."""
+    for name, p in new.by_tier.items():
+        was = old.by_tier.get(name)
+        if was is not None and p.tier.model is None and was.tier.endpoints == p.tier.endpoints:
+            p.models.served = dict(was.models.served)
+            p.models.chosen, p.models.disagree = was.models.chosen, was.models.disagree
+
+
+def _models_body(rules: Rules, served: dict[str, str]) -> bytes:
+    """``/v1/models``: the aliases, then the model each tier serves."""
     ids: list[str] = list(rules.aliases)
-    ids += [t.model for t in rules.tiers.values() if t.model not in ids]
+    ids += [m for m in served.values() if m not in ids]
     data = [{"id": i, "object": "model", "created": 0, "owned_by": "gateway"} for i in ids]
     return orjson.dumps({"object": "list", "data": data})
 

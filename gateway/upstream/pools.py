@@ -28,6 +28,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from gateway.core.rules import Tier
+from gateway.upstream.discovery import ModelBook, model_ids
+from gateway.upstream.responses_events import RESPONSES_PATH, ResponsesAsChat
 from gateway.upstream.transport import (
     AttemptError,
     HttpTransport,
@@ -143,6 +145,8 @@ class Pool:
     circuit: Circuit
     continues: bool = True  # False once its engine refused an assistant-prefix continuation
     price: tuple[float, float] | None = None  # USD per input token, per output token
+    models: ModelBook = field(default_factory=lambda: ModelBook(None))
+    on_models: Callable[[], None] | None = None  # the model it sends changed (discovery)
     _probe: asyncio.Task[None] | None = field(default=None)
 
     @classmethod
@@ -154,6 +158,7 @@ class Pool:
             transport or hosted or HttpTransport(tier.max_connections, tier.keepalive),
             [Replica(_base(u)) for u in tier.endpoints],
             Circuit(tier.circuit.failures, tier.circuit.cooldown),
+            models=ModelBook(tier.model),
         )
         if tier.price is not None:
             pool.price = (tier.price.input_per_1m / 1e6, tier.price.output_per_1m / 1e6)
@@ -185,7 +190,26 @@ class Pool:
         h = self.tier.health
         while True:
             await asyncio.gather(*(self.probe(r) for r in self.replicas))
+            self._settle()
             await asyncio.sleep(h.interval)
+
+    async def discover(self) -> None:
+        """Ask every replica which models it serves (a tier without a configured model)."""
+        if self.tier.model is None:
+            await asyncio.gather(*(self._ask_models(r) for r in self.replicas))
+            self._settle()
+
+    async def _ask_models(self, rep: Replica) -> None:
+        with contextlib.suppress(OSError, TimeoutError, AttemptError):
+            status, body = await self.transport.get(
+                rep.url + "/v1/models", self.tier.health.timeout
+            )
+            if status == 200:
+                self.models.record(rep.url, model_ids(body))
+
+    def _settle(self) -> None:
+        if self.models.settle(self.name) and self.on_models is not None:
+            self.on_models()
 
     async def probe(self, rep: Replica) -> None:
         h = self.tier.health
@@ -198,6 +222,8 @@ class Pool:
         rep.last_probe = time.monotonic()
         if rep.up != was_up:
             log.warning("replica %s of %s is %s", rep.url, self.name, "up" if rep.up else "down")
+        if rep.up and self.tier.model is None:
+            await self._ask_models(rep)
         if rep.up and h.metrics_path:
             with contextlib.suppress(OSError, TimeoutError, AttemptError):
                 status, text = await self.transport.get(rep.url + h.metrics_path, h.timeout)
@@ -207,7 +233,9 @@ class Pool:
 
     @property
     def model(self) -> str:
-        return self.tier.model
+        """The model name sent: the tier's, else discovered, else the tier name (a guess
+        until an engine answers ``/v1/models``)."""
+        return self.tier.model or self.models.chosen or self.name
 
     def available(self, now: float) -> bool:
         if not self.circuit.available(now):
@@ -246,11 +274,12 @@ class Pool:
         """POST to one replica; the open 200 answer. A refused connection marks it down."""
         self.circuit.begin(time.monotonic())
         try:
-            return await self.transport.open(rep.url + path, body, limits, stream)
+            up = await self.transport.open(rep.url + path, body, limits, stream)
         except AttemptError as e:
             if e.kind == "connect":
                 rep.up = False  # refused: no traffic until a probe says otherwise
             raise
+        return ResponsesAsChat(up, stream) if path == RESPONSES_PATH else up
 
     async def post(self, rep: Replica, path: str, body: bytes, limits: Timeouts) -> bytes:
         """POST and read the whole 200 answer (a non-streamed request)."""
@@ -284,11 +313,19 @@ TransportFactory = Callable[[str, Tier], Transport]
 class Pools:
     """All pools, by tier name. Built once in the app's lifespan."""
 
-    def __init__(self, tiers: dict[str, Tier], transport: TransportFactory | None = None):
+    def __init__(
+        self,
+        tiers: dict[str, Tier],
+        transport: TransportFactory | None = None,
+        on_models: Callable[[Pools], None] | None = None,
+    ):
         self.by_tier = {
             name: Pool.create(name, t, transport(name, t) if transport else None)
             for name, t in tiers.items()
         }
+        if on_models is not None:
+            for p in self.by_tier.values():
+                p.on_models = lambda: on_models(self)
         self._users = 0
         self._retired: asyncio.Event | None = None
 
@@ -321,10 +358,26 @@ class Pools:
         now = time.monotonic()
         return {name: p.available(now) for name, p in self.by_tier.items()}
 
+    def served(self) -> dict[str, str]:
+        """Tier -> the model it sends, for tiers whose model is configured or discovered."""
+        out = {}
+        for name, p in self.by_tier.items():
+            model = p.tier.model or p.models.chosen
+            if model is not None:
+                out[name] = model
+        return out
+
+    async def discover(self, bound: float) -> None:
+        """Discover the models of tiers that name none, waiting at most ``bound`` seconds."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(bound):
+                await asyncio.gather(*(p.discover() for p in self.by_tier.values()))
+
     def state(self) -> dict[str, object]:
         now = time.monotonic()
         return {
             name: {
+                "model": p.models.state(),
                 "available": p.available(now),
                 "circuit_open": p.circuit.is_open,
                 "consecutive_failures": p.circuit.failures,

@@ -1,0 +1,72 @@
+"""Which model a tier's engines serve, when the rules do not name one.
+
+A tier without ``model`` asks each replica's ``GET /v1/models`` (at start-up, then with
+every health probe) and sends the first model id listed. Replicas that list different
+first models are reported (a warning in the log, ``/readyz`` detail): the model most
+replicas serve is used, so one misconfigured replica does not rename the tier.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+
+import orjson
+
+log = logging.getLogger("gateway.upstream.pools")
+
+
+def model_ids(body: bytes) -> tuple[str, ...]:
+    """The ids of an OpenAI ``/v1/models`` answer (nothing when it is not one)."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return ()
+    data = doc.get("data") if isinstance(doc, dict) else None
+    if not isinstance(data, list):
+        return ()
+    return tuple(m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str))
+
+
+@dataclass(slots=True)
+class ModelBook:
+    """What each replica of one tier said it serves, and the model the tier sends."""
+
+    configured: str | None
+    served: dict[str, tuple[str, ...]] = field(default_factory=dict)  # replica url -> ids
+    chosen: str | None = None
+    disagree: bool = False
+
+    def record(self, url: str, ids: tuple[str, ...]) -> None:
+        if ids:
+            self.served[url] = ids
+
+    def settle(self, tier: str) -> bool:
+        """Choose the model from the answers so far; True when the choice changed."""
+        firsts = Counter(ids[0] for ids in self.served.values())
+        if not firsts:
+            return False
+        disagree = len(firsts) > 1
+        if disagree and not self.disagree:
+            log.warning(
+                "replicas of tier %s serve different models: %s",
+                tier,
+                ", ".join(f"{u}: {ids[0]}" for u, ids in self.served.items()),
+            )
+        self.disagree = disagree
+        chosen = firsts.most_common(1)[0][0]
+        if chosen == self.chosen:
+            return False
+        if self.chosen is not None:
+            log.warning("tier %s now sends model %r (was %r)", tier, chosen, self.chosen)
+        self.chosen = chosen
+        return True
+
+    def state(self) -> dict[str, object]:
+        source = "configured" if self.configured else ("discovered" if self.chosen else "unknown")
+        out: dict[str, object] = {"model": self.configured or self.chosen, "source": source}
+        if self.configured is None:
+            out["replicas"] = {u: ids[0] for u, ids in self.served.items()}
+            out["replicas_disagree"] = self.disagree
+        return out
