@@ -26,7 +26,7 @@ from tests.conftest import Proc, free_port
 EXPECTED_COUNTS = {
     "non_empty": (7, 0, 0, 191),
     "not_truncated": (25, 0, 0, 173),
-    "repetition": (25, 0, 1, 172),
+    "repetition": (26, 0, 0, 172),
     "json_valid": (14, 0, 0, 184),
     "json_schema": (11, 0, 0, 187),
     "tool_call_valid": (15, 0, 0, 183),
@@ -36,7 +36,6 @@ EXPECTED_COUNTS = {
 # Realistic answers the default settings still get wrong (template_leak's exact-text match
 # cannot tell an answer *about* templates from a leak).
 EXPECTED_MISSES = {
-    "repetition": ["loop_sentence/numbered-item"],  # "4. Restart ...\n5. Restart ..." loop
     # "As an AI language model, I cannot ...": the disclaimer pattern was dropped because it
     # flagged helpful answers that open with it (lookalike_refusal/disclaimer-then-answer)
     "refusal": ["refusal/ai-language-model"],
