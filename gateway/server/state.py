@@ -75,7 +75,13 @@ class Gateway:
     ) -> Gateway:
         rules = rules.with_endpoints(settings.pool_urls)
         if store is None and settings.redis_url:
-            store = RedisStore(settings.redis_url, settings.redis_prefix, settings.redis_timeout)
+            store = RedisStore(
+                settings.redis_url,
+                settings.redis_prefix,
+                settings.redis_timeout,
+                settings.redis_max_connections,
+                settings.redis_pool_wait,
+            )
         elif store is None and settings.admin_token is not None:
             store = MemoryStore()
         secret = (
