@@ -46,13 +46,7 @@ def pair(
     engines: dict[str, str], prefix: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[list[tuple[Proc, str]]]:
     tmp = tmp_path_factory.mktemp("gw")
-    # a pool far smaller than the load: requests wait for a connection instead of failing
-    env = {
-        **tenancy_env(prefix),
-        "GATEWAY_REDIS_MAX_CONNECTIONS": "16",
-        "GATEWAY_REDIS_POOL_WAIT": "1.0",
-    }
-    procs = [start_gateway(tmp, rules_for_tests(), engines, env) for _ in "ab"]
+    procs = [start_gateway(tmp, rules_for_tests(), engines, tenancy_env(prefix)) for _ in "ab"]
     yield procs
     for p, _ in procs:
         p.stop()
@@ -105,6 +99,23 @@ def test_64_clients_on_two_replicas_no_spurious_limits(
         assert "Too many connections" not in proc.log()
 
 
+def test_a_full_pool_waits_for_a_connection(prefix: str) -> None:
+    """200 admissions at once through a pool of 4 connections: all wait their turn."""
+
+    async def run() -> list[bool]:
+        store = RedisStore(REDIS, prefix, timeout=0.5, max_connections=4, pool_wait=2.0)
+        p = Policy(max_concurrent_requests=1000)
+        try:
+            adms = await asyncio.gather(*(store.admit("ten_pool", f"a{i}", p) for i in range(200)))
+            await asyncio.gather(*(store.release("ten_pool", f"a{i}") for i in range(200)))
+            return [a.ok for a in adms]
+        finally:
+            await store.close()
+
+    assert all(asyncio.run(run()))
+    assert asyncio.run(_inflight(prefix, "ten_pool")) == 0
+
+
 class _FlakyRelease(MemoryStore):
     """Redis that fails the first ``fails`` releases (a blip), at the store interface."""
 
@@ -135,3 +146,26 @@ def test_a_failed_release_is_retried_not_dropped() -> None:
     releases, adm = asyncio.run(run())
     assert releases == 3 and adm.ok
 
+
+def test_streams_are_charged_for_prompt_and_completion(pair: list[tuple[Proc, str]]) -> None:
+    import openai
+
+    from tests.test_tenancy import call, until
+
+    admin, url = pair[0][0].admin, pair[1][1]
+    tenant, _, key = new_tenant(admin)
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=20)
+    chunks = list(
+        client.chat.completions.create(
+            model="auto", messages=[{"role": "user", "content": "stream"}], stream=True
+        )
+    )
+    client.close()
+    assert chunks and all(c.choices for c in chunks)  # no usage chunk the client did not ask for
+
+    def usage() -> dict[str, Any]:
+        return dict(call(admin, "GET", f"/admin/tenants/{tenant}/usage")[1])
+
+    assert until(lambda: usage()["requests"] == 1)
+    u = usage()
+    assert u["prompt_tokens"] == 10 and u["completion_tokens"] > 0  # the engine's own report
