@@ -276,7 +276,7 @@ async def test_stream_asks_for_usage_and_strips_it_when_the_client_did_not() -> 
 @aio
 async def test_stream_without_usage_is_charged_an_estimate() -> None:
     rig = Rig(by_tier(highspeed=OK_STD, standard=OK_STD))
-    sink, relay = await _relay(rig, text="x" * 400)
+    _, relay = await _relay(rig, text="x" * 400)
     assert relay.usage() == {"prompt_tokens": 100, "completion_tokens": 2}
 
 
