@@ -28,28 +28,58 @@ def data_payloads(events: bytes) -> list[bytes]:
 
 
 class SSEFramer:
-    """Splits a byte stream into complete SSE events (``\\n\\n``-terminated)."""
+    """Splits a byte stream into complete SSE events (``\\n\\n``-terminated).
 
-    __slots__ = ("_buf",)
+    Linear in the bytes fed: an unfinished event is kept as a list of chunks and joined
+    once, when its end arrives (joining on every chunk made one huge event quadratic).
+    An event over ``max_event`` bytes, or a stream over ``max_total``, is an upstream
+    failure (``too_large``), not memory without end.
+    """
 
-    def __init__(self) -> None:
-        self._buf = b""
+    __slots__ = ("_parts", "_pending", "_total", "max_event", "max_total")
+
+    def __init__(self, max_event: int = 8 << 20, max_total: int = 64 << 20) -> None:
+        self._parts: list[bytes] = []
+        self._pending = 0
+        self._total = 0
+        self.max_event = max_event
+        self.max_total = max_total
 
     def feed(self, chunk: bytes) -> tuple[bytes, list[bytes]]:
         """Complete events' bytes (to forward) and their ``data:`` payloads."""
         if b"\r" in chunk:
             chunk = chunk.replace(b"\r\n", b"\n")
-        buf = self._buf + chunk if self._buf else chunk
+        self._total += len(chunk)
+        if self._total > self.max_total:
+            raise AttemptError("too_large", f"the answer is over {self.max_total} bytes")
+        parts = self._parts
+        if parts:
+            if b"\n\n" not in chunk and not (chunk[:1] == b"\n" and parts[-1][-1:] == b"\n"):
+                return self._hold(chunk)
+            parts.append(chunk)
+            buf = b"".join(parts)
+            parts.clear()
+            self._pending = 0
+        else:
+            buf = chunk
         end = buf.rfind(b"\n\n")
         if end < 0:
-            self._buf = buf
-            return b"", []
-        complete, self._buf = buf[: end + 2], buf[end + 2 :]
+            return self._hold(buf)
+        complete = buf[: end + 2]
+        if end + 2 < len(buf):
+            self._hold(buf[end + 2 :])
         return complete, data_payloads(complete)
+
+    def _hold(self, data: bytes) -> tuple[bytes, list[bytes]]:
+        self._parts.append(data)
+        self._pending += len(data)
+        if self._pending > self.max_event:
+            raise AttemptError("too_large", f"an event is over {self.max_event} bytes")
+        return b"", []
 
     @property
     def pending(self) -> bytes:
-        return self._buf
+        return b"".join(self._parts)
 
 
 class StreamState:
