@@ -80,6 +80,7 @@ class StreamRelay:
         self._guard = LoopGuard() if "repetition" in call.d.checks else None
         self._last: StreamState = start.state
         self._strip = not call.wants_usage  # the usage chunk was asked for by us, not them
+        self.blocked_s = 0.0  # time spent waiting for the client to take our writes
 
     def abandon(self) -> None:
         """The client never got a response head: drop the upstream stream."""
@@ -99,7 +100,7 @@ class StreamRelay:
                 await self._pump(start, sink)
                 self._release(ok=True)
             except _Broken as b:
-                self._release(ok=not b.upstream_fault)
+                self._release(ok=not self._engine_fault(b, start))
                 self.trail.failures.append(Failure(self.tier, b.kind, b.detail, False))
                 await self._recover(sink, start, b)
             await self._epilogue(sink)
@@ -145,7 +146,9 @@ class StreamRelay:
                     held += out
                     continue
                 if held + out:
+                    t0 = time.monotonic()
                     await sink.write(held + out)
+                    self.blocked_s += time.monotonic() - t0
                 held = b""
                 self._mark_sent(state)
         if held:  # repetitive, but it ended: not a loop
@@ -161,7 +164,9 @@ class StreamRelay:
         prev = last = b""
         with _as_broken():
             while chunk := await s.up.read():
+                t0 = time.monotonic()
                 await sink.write(chunk)
+                self.blocked_s += time.monotonic() - t0
                 prev, last = last, chunk
         tail = prev + last
         ending = StreamState(s.state.chat)  # the last events: usage; finished without [DONE]?
@@ -184,6 +189,17 @@ class StreamRelay:
             state.done = state.eof_done = True
             return
         raise _Broken("stream_cut", "the stream ended without [DONE]", upstream_fault=True)
+
+    def _engine_fault(self, b: _Broken, s: StreamStart) -> bool:
+        """Whether a failure counts against the tier. A timeout after the client kept us
+        blocked on our writes for a stall limit or more is backpressure from a slow
+        reader, not the engine's fault (``client_slow``): the circuit is not charged."""
+        if not b.upstream_fault:
+            return False
+        if b.kind == "stall" and self.blocked_s >= s.pool.tier.timeouts.stall:
+            b.kind, b.detail = "client_slow", "the client read too slowly"
+            return False
+        return True
 
     def _mark_sent(self, state: StreamState) -> None:
         self.sent_chars = state.chars
@@ -225,7 +241,7 @@ class StreamRelay:
             await self._pump(nxt, sink)
             self._release(ok=True)
         except _Broken as b2:
-            self._release(ok=not b2.upstream_fault)
+            self._release(ok=not self._engine_fault(b2, nxt))
             self.trail.failures.append(Failure(self.tier, b2.kind, b2.detail, False))
             await self._error(
                 sink, f"The stream broke off: {why}; its continuation on {self.tier} failed too."
