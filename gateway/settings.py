@@ -58,6 +58,12 @@ class Settings(BaseSettings):
         default=0.5, gt=0, le=10, description="seconds to wait for a free Redis connection"
     )
     admin_token: SecretStr | None = None
+    metrics_token: SecretStr | None = Field(
+        default=None, description="when set, GET /metrics needs 'Authorization: Bearer <it>'"
+    )
+    metrics_tenant_label: bool = Field(
+        default=False, description='label metrics with tenant ids (off: tenant="all")'
+    )
     key_secret: SecretStr | None = Field(
         default=None, description="HMAC secret for API key digests; shared by every replica"
     )

@@ -169,3 +169,34 @@ def test_streams_are_charged_for_prompt_and_completion(pair: list[tuple[Proc, st
     assert until(lambda: usage()["requests"] == 1)
     u = usage()
     assert u["prompt_tokens"] == 10 and u["completion_tokens"] > 0  # the engine's own report
+
+
+class _Restarting(MemoryStore):
+    """A store whose reads fail while ``down`` (Redis restarting, still loading)."""
+
+    down = False
+
+    async def key_by_digest(self, digest: str) -> Any:
+        if self.down:
+            raise StoreUnavailable("LOADING Redis is loading the dataset in memory")
+        return await super().key_by_digest(digest)
+
+
+def test_known_keys_keep_working_right_after_a_redis_restart() -> None:
+    from gateway.tenancy.tenants import ApiKey, Tenant, key_digest
+
+    async def run() -> str:
+        store = _Restarting()
+        await store.create_tenant(Tenant(id="ten_1", name="t"))
+        await store.add_key(
+            ApiKey(id="key_1", tenant_id="ten_1", digest=key_digest(b"s", "gk-1"), prefix="gk-1")
+        )
+        access = Access(store, b"s", True, 30.0)
+        assert (await access.authenticate("Bearer gk-1")).tenant_id == "ten_1"
+        access.on_event({"type": "resync"})  # Redis is back: every key is re-read ...
+        store.down = True  # ... but the first calls still fail
+        eff = await access.authenticate("Bearer gk-1")  # the last known policy, not a 503
+        store.down = False
+        return str(eff.tenant_id)
+
+    assert asyncio.run(run()) == "ten_1"

@@ -5,12 +5,13 @@ The completion handlers live in :mod:`gateway.server.completions`.
 
 from __future__ import annotations
 
+import hmac
 from types import MappingProxyType
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from gateway.errors import MethodNotAllowed, NotFound
+from gateway.errors import MethodNotAllowed, NotFound, Unauthorized
 from gateway.server.completions import chat_completions, completions
 from gateway.server.responses import JSON, error_response, request_id
 from gateway.server.state import GATEWAY
@@ -28,7 +29,17 @@ _KNOWN = MappingProxyType(
 
 
 async def metrics(request: web.Request) -> web.Response:
-    body = request.app[GATEWAY].prometheus()
+    gw = request.app[GATEWAY]
+    token = gw.settings.metrics_token
+    if token is not None:
+        want = f"Bearer {token.get_secret_value()}".encode()
+        got = request.headers.get("Authorization", "").encode()
+        if not hmac.compare_digest(got, want):
+            err = Unauthorized(
+                "GET /metrics needs 'Authorization: Bearer <GATEWAY_METRICS_TOKEN>'."
+            )
+            return error_response(err, request_id(request))
+    body = gw.prometheus()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 

@@ -90,7 +90,7 @@ class Gateway:
             else secrets.token_bytes(32)
         )  # in-process store: keys die with it anyway
         access = Access(store, secret, settings.tenancy, settings.policy_cache_ttl)
-        tel = Telemetry(settings.otlp_endpoint)
+        tel = Telemetry(settings.otlp_endpoint, tenant_label=settings.metrics_tenant_label)
         pools = Pools(dict(rules.tiers), transport)
         return cls(settings, store, access, tel, _runtime(rules, pools, tel, store), transport)
 

@@ -56,7 +56,10 @@ class Access:
             self.degraded = True
         elif kind == "resync":
             self.degraded = False
-            self._cache.clear()
+            # re-read every key on its next use, but keep the last known policy: a Redis
+            # that just came back may still fail a call, and a known key must not get 503
+            for entry in self._cache.values():
+                entry.at = float("-inf")
             self._unknown.clear()
         elif kind == "tenant":
             tid = ev.get("id")
