@@ -6,6 +6,7 @@
     python -m evals headline [--requests 48 --clients 1,8 --faults ... --engines sim|local]
     python -m evals bench [--duration 3 --repeats 3 --targets direct,relay,gateway ...]
     python -m evals micro [--repeat 7 ...]
+    python -m evals hostile [--clients 4 --quick]
 
 Each command is a module with ``main(argv) -> int``; add one by adding a line to COMMANDS.
 """
@@ -22,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "speed": ("evals.speed", "TTFT/TPOT/tok/s/P99 of endpoints side by side, concurrency sweep"),
     "checks": ("evals.checks_eval", "precision/recall/cost of each quality check, labelled set"),
     "quality": ("evals.quality", "both tiers on the shipped eval set: task metrics, alignment"),
+    "hostile": ("evals.hostile", "hostile input and engine faults: tried/precise/500/hang/..."),
 }
 
 
