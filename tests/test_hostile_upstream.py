@@ -44,6 +44,8 @@ def test_framer_refuses_an_event_or_answer_over_its_limit() -> None:
     f.feed(b"data: " + b"x" * 1000)
     with pytest.raises(AttemptError, match="too_large: an event is over 1024 bytes"):
         f.feed(b"x" * 100)
+    with pytest.raises(AttemptError, match="too_large: an event is over 1024 bytes"):
+        SSEFramer(max_event=1024).feed(b"data: 1\n\ndata: " + b"x" * 2000 + b"\n\n")  # one read
     g = SSEFramer(max_event=1024, max_total=4096)
     with pytest.raises(AttemptError, match="too_large: the answer is over 4096 bytes"):
         for _ in range(100):

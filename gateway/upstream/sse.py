@@ -66,6 +66,10 @@ class SSEFramer:
         if end < 0:
             return self._hold(buf)
         complete = buf[: end + 2]
+        if len(complete) > self.max_event and max(map(len, complete.split(b"\n\n"))) > (
+            self.max_event
+        ):  # a whole huge event in one read
+            raise AttemptError("too_large", f"an event is over {self.max_event} bytes")
         if end + 2 < len(buf):
             self._hold(buf[end + 2 :])
         return complete, data_payloads(complete)
