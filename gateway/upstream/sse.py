@@ -66,13 +66,15 @@ class SSEFramer:
         if end < 0:
             return self._hold(buf)
         complete = buf[: end + 2]
-        if len(complete) > self.max_event and max(map(len, complete.split(b"\n\n"))) > (
-            self.max_event
-        ):  # a whole huge event in one read
-            raise AttemptError("too_large", f"an event is over {self.max_event} bytes")
+        if len(complete) > self.max_event:  # rare: maybe a whole huge event in one read
+            self._each_within_limit(complete)
         if end + 2 < len(buf):
             self._hold(buf[end + 2 :])
         return complete, data_payloads(complete)
+
+    def _each_within_limit(self, events: bytes) -> None:
+        if max(map(len, events.split(b"\n\n"))) > self.max_event:
+            raise AttemptError("too_large", f"an event is over {self.max_event} bytes")
 
     def _hold(self, data: bytes) -> tuple[bytes, list[bytes]]:
         self._parts.append(data)
