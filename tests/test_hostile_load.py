@@ -60,10 +60,10 @@ async def _inflight(prefix: str, tenant: str) -> int:
         await s.close()
 
 
-async def _load(urls: list[str], key: str) -> dict[int, int]:
+async def _load(urls: list[str], key: str, content: str = "load") -> dict[int, int]:
     statuses: dict[int, int] = {}
     headers = {"Authorization": f"Bearer {key}"}
-    body = {"model": "auto", "messages": [{"role": "user", "content": "load"}]}
+    body = {"model": "auto", "messages": [{"role": "user", "content": content}]}
 
     async def client(i: int, http: aiohttp.ClientSession) -> None:
         for _ in range(PER_CLIENT):
@@ -114,6 +114,25 @@ def test_a_full_pool_waits_for_a_connection(prefix: str) -> None:
 
     assert all(asyncio.run(run()))
     assert asyncio.run(_inflight(prefix, "ten_pool")) == 0
+
+
+def test_64_clients_on_two_replicas_limits_hold_exactly(
+    pair: list[tuple[Proc, str]], prefix: str
+) -> None:
+    """Requests per minute and concurrency, shared by both replicas: what is over the limit
+    is a 429, nothing else is refused, and the slots come back."""
+    urls = [url for _, url in pair]
+    tenant, _, key = new_tenant(pair[0][0].admin, {"requests_per_minute": 100})
+    statuses = asyncio.run(_load(urls, key))
+    assert set(statuses) == {200, 429}
+    assert 100 <= statuses[200] <= 110  # the bucket refills 1.7 per second meanwhile
+    tenant, _, key = new_tenant(pair[0][0].admin, {"max_concurrent_requests": 8})
+    statuses = asyncio.run(_load(urls, key, "[[*: delay=0.2]]"))
+    assert set(statuses) <= {200, 429} and statuses[200] >= 8
+    deadline = time.monotonic() + 5
+    while asyncio.run(_inflight(prefix, tenant)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert asyncio.run(_inflight(prefix, tenant)) == 0
 
 
 class _FlakyRelease(MemoryStore):
