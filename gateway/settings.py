@@ -52,7 +52,19 @@ class Settings(BaseSettings):
     redis_url: str | None = None
     redis_prefix: str = Field(default="gw:", min_length=1, max_length=64)
     redis_timeout: float = Field(default=0.5, gt=0, le=10, description="a slower Redis is down")
+    redis_max_connections: int = Field(
+        default=128, ge=4, le=10_000, description="Redis connections per worker process"
+    )
+    redis_pool_wait: float = Field(
+        default=0.5, gt=0, le=10, description="seconds to wait for a free Redis connection"
+    )
     admin_token: SecretStr | None = None
+    metrics_token: SecretStr | None = Field(
+        default=None, description="when set, GET /metrics needs 'Authorization: Bearer <it>'"
+    )
+    metrics_tenant_label: bool = Field(
+        default=False, description='label metrics with tenant ids (off: tenant="all")'
+    )
     key_secret: SecretStr | None = Field(
         default=None, description="HMAC secret for API key digests; shared by every replica"
     )

@@ -8,9 +8,10 @@ directives inside any message (or the prompt)::
     [[*: text=Hello there]]              every engine answers "Hello there"
     [[highspeed: loop; chunks=40]]       looping text, streamed in 40 chunks
 
-Directives: text=..., loop, leak, empty, length, malformed, status=N, delay=S (before
-the answer / the first chunk), hang, json=<raw JSON text>, tool=<name>, args=<json>,
-first_error (the first SSE event is an error), cut_after=N, stall_after=N, chunks=N
+Directives: text=..., loop, leak, empty, length, big=N (one N-character word), malformed,
+status=N, delay=S (before the answer / the first chunk), hang, json=<raw JSON text>,
+tool=<name>, args=<json>, first_error (the first SSE event is an error), cut_after=N,
+stall_after=N, chunks=N
 (the text is split into N pieces; per=K: K words a piece instead), gap=S (between
 chunks); mid-stream faults after N pieces: loop_after=N (then the same sentence, one
 per chunk, 60 times), leak_after=N (then a template token), error_after=N (then an
@@ -133,6 +134,8 @@ class Engine:
             text = ""
         if "json" in d:
             text = d["json"]
+        if "big" in d:  # one word of N characters: one huge event
+            text = "x" * int(d["big"])
         if "length" in d:
             finish = "length"
         if "tool" in d:

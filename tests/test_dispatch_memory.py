@@ -258,9 +258,26 @@ async def _relay(rig: Rig, **call: Any) -> tuple[Sink, Any]:
 @aio
 async def test_stream_relayed_untouched_and_finished() -> None:
     rig = Rig(by_tier(highspeed=OK_FAST, standard=OK_STD))
-    sink, relay = await _relay(rig)
+    sink, relay = await _relay(rig, stream_options={"include_usage": True})
     assert sink.data.startswith(b"".join(OK_FAST.chunks))
     assert sink.data.count(b"data: [DONE]") == 1 and sink.eof and not relay.broken
+
+
+@aio
+async def test_stream_asks_for_usage_and_strips_it_when_the_client_did_not() -> None:
+    rig = Rig(by_tier(highspeed=OK_FAST, standard=OK_STD))
+    sink, relay = await _relay(rig)
+    assert rig.calls("highspeed")[0]["stream_options"] == {"include_usage": True}
+    assert b'"usage"' not in sink.data and sink.data.endswith(b"data: [DONE]\n\n")
+    assert sink.text() == "Green tea is good."
+    assert relay.usage() == {"prompt_tokens": 7, "completion_tokens": 4, "total_tokens": 11}
+
+
+@aio
+async def test_stream_without_usage_is_charged_an_estimate() -> None:
+    rig = Rig(by_tier(highspeed=OK_STD, standard=OK_STD))
+    _, relay = await _relay(rig, text="x" * 400)
+    assert relay.usage() == {"prompt_tokens": 100, "completion_tokens": 2}
 
 
 @aio

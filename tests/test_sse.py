@@ -7,7 +7,6 @@ import time
 import orjson
 import pytest
 
-from gateway.upstream import sse
 from gateway.upstream.sse import SSEFramer, StreamState, data_payloads
 from gateway.upstream.transport import AttemptError
 
@@ -126,16 +125,16 @@ def test_framer_cuts_complete_events(chunks: list[bytes], payloads: list[bytes])
 
 
 def test_framer_refuses_an_event_over_its_limit() -> None:
-    f = SSEFramer(limit=1000)
+    f = SSEFramer(max_event=1000)
     f.feed(b"data: " + b"x" * 600)
     with pytest.raises(AttemptError) as e:
         f.feed(b"x" * 600)
-    assert e.value.kind == "bad_stream" and "1000 bytes" in e.value.detail
+    assert e.value.kind == "too_large" and "1000 bytes" in e.value.detail
 
 
 def test_framer_is_linear_in_a_long_event() -> None:
     """10,000 small reads of one event: a quadratic join would copy ~50 GB' worth."""
-    f = SSEFramer(limit=sse.MAX_EVENT_BYTES)
+    f = SSEFramer()
     t0 = time.process_time()
     for _ in range(10_000):
         f.feed(b"x" * 500)

@@ -2,6 +2,13 @@
 
 ``SchemaValidators`` (compiled JSON-schema validators) and ``JsonParseMemo`` (the parse of
 the last text) are shared between these checks by ``gateway.checks.registry.build_checks``.
+
+Client-supplied regular expressions (``pattern``, ``patternProperties``) never run on
+Python's backtracking ``re``: they are compiled with RE2 (google-re2, linear time in the
+input) and swapped into the compiled validator. A schema whose patterns RE2 refuses
+(backreferences, lookaround, huge repetitions) or that is larger than ``SCHEMA_MAX_BYTES``
+is not checked at all, like any schema that cannot be compiled: a 343-byte pattern with
+catastrophic backtracking once froze the event loop, and every tenant with it, for seconds.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from typing import Any, Final
 
 import fastjsonschema
 import orjson
+import re2  # type: ignore[import-untyped]
 
 from gateway.checks.base import (
     PASS_CACHE,
@@ -24,6 +32,7 @@ from gateway.checks.base import (
 
 __all__ = (
     "SCHEMA_CACHE_SIZE",
+    "SCHEMA_MAX_BYTES",
     "JsonParseMemo",
     "JsonSchemaCheck",
     "JsonValidCheck",
@@ -33,6 +42,88 @@ __all__ = (
 
 SCHEMA_CACHE_SIZE: Final = 256
 """Compiled JSON-schema validators kept per ``SchemaValidators`` (least recently used out)."""
+
+SCHEMA_MAX_BYTES: Final = 64 * 1024
+"""A larger schema is not compiled (generating and exec-ing its validator costs too much)."""
+
+PATTERN_MAX_CHARS: Final = 4096
+RE2_MAX_MEM: Final = 4 << 20
+"""Bytes of automaton per client pattern; RE2 refuses a pattern that needs more."""
+_VALUE_KEYWORDS: Final = frozenset({"enum", "const", "default", "examples"})
+
+
+class _Unsupported(Exception):
+    """A schema part the gateway will not run (a pattern RE2 refuses, say)."""
+
+
+def _client_patterns(schema: Any) -> dict[str, Any]:
+    """Every ``pattern`` and ``patternProperties`` regex in ``schema``, compiled with RE2.
+
+    Raises ``_Unsupported`` when one is not a string, too long, or refused by RE2.
+    """
+    found: dict[str, Any] = {}
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        texts = list(node.get("patternProperties") or ())
+        if isinstance(node.get("pattern"), str):
+            texts.append(node["pattern"])
+        for text in texts:
+            if text not in found:
+                found[text] = _re2(text)
+        stack.extend(v for k, v in node.items() if k not in _VALUE_KEYWORDS)
+    return found
+
+
+def _re2(text: Any) -> Any:
+    if not isinstance(text, str) or len(text) > PATTERN_MAX_CHARS:
+        raise _Unsupported("pattern too long or not a string")
+    options = re2.Options()
+    options.max_mem = RE2_MAX_MEM
+    options.log_errors = False  # a refused pattern is the client's text: not for our log
+    try:
+        return re2.compile(text, options)
+    except re2.error as exc:
+        raise _Unsupported(f"pattern {text[:40]!r}: {exc}") from None
+
+
+def _defuse_required(schema: Any, patterns: dict[str, Any]) -> None:
+    """Spare fastjsonschema's compile-time ``re.search`` of required names.
+
+    With ``additionalProperties: false``, fastjsonschema tests each required name that is
+    not in ``properties`` against every ``patternProperties`` regex with Python's ``re``
+    while compiling. RE2 answers instead: a name no pattern matches makes the schema
+    invalid; one that matches is listed in ``properties`` as ``{}`` (it was not
+    "additional" anyway, and its pattern's subschema still applies).
+    """
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        stack.extend(v for k, v in node.items() if k not in _VALUE_KEYWORDS)
+        props, pprops, required = (
+            node.get(k) for k in ("properties", "patternProperties", "required")
+        )
+        if node.get("additionalProperties", True) or not pprops or not isinstance(required, list):
+            continue
+        props = node.setdefault("properties", {})
+        if not isinstance(props, dict):
+            raise _Unsupported("properties is not an object")
+        for name in required:
+            if not isinstance(name, str) or name in props:
+                continue
+            if not any(patterns[p].search(name) for p in pprops):
+                raise _Unsupported(f"required {name!r} is not allowed")
+            props[name] = {}
 
 
 def _refuse_remote_ref(uri: str) -> Any:
@@ -126,15 +217,26 @@ class SchemaValidators:
     @staticmethod
     def _compile(key: bytes) -> Validator | None:
         # Compile a fresh copy: fastjsonschema rewrites "$ref"s in the schema it is given.
+        if len(key) > SCHEMA_MAX_BYTES:
+            return None
         schema = orjson.loads(key)
         if not isinstance(schema, dict | bool) or _has_remote_ref(schema):
             return None
         try:
+            patterns = _client_patterns(schema)
+            _defuse_required(schema, patterns)
             validator: Validator = fastjsonschema.compile(
                 schema, handlers=_NO_REMOTE_REFS, use_default=False, detailed_exceptions=False
             )
-        except Exception:  # invalid schema, or a generator bug on an odd one
+        except Exception:  # invalid schema, a pattern RE2 refuses, a generator bug
             return None
+        if not patterns:
+            return validator
+        compiled = getattr(validator, "__globals__", {}).get("REGEX_PATTERNS")
+        if not isinstance(compiled, dict):
+            return None  # a fastjsonschema we do not know: never run client regexes on re
+        for text in patterns.keys() & compiled.keys():
+            compiled[text] = patterns[text]  # the same search(), in linear time
         return validator
 
     def error(self, schema: dict[str, Any], data: Any) -> str | None:

@@ -124,9 +124,17 @@ class Classifier:
         for r in rules.rules:
             names.update(k.lower() for k in (r.when.headers or {}))
         self._rule_headers = tuple(sorted(names))
+        self._hints = frozenset({H_TASK, H_SLA, H_TIER, *names})
 
     def classify(self, req: ClientRequest, headers: Mapping[str, str]) -> Classification:
         rules = self._rules
+        for name in headers:
+            if name[:10].lower() == "x-gateway-" and name.lower() not in self._hints:
+                raise InvalidField(
+                    f"Unknown hint header {name!r}; known: {H_TASK}, {H_SLA}, {H_TIER}.",
+                    param=name.lower(),
+                    code="invalid_value",
+                )
         tier_hint, hint_source = self._tier_hint(req.model, headers.get(H_TIER))
         has_tools = bool(req.facts.tools or req.facts.other_tools)
 

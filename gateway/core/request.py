@@ -74,6 +74,9 @@ def _json_type(v: object) -> str:
     return "an object"
 
 
+_MAX_DEPTH = 255  # the first nesting depth orjson cannot write back (the body is forwarded)
+
+
 def _decode(raw: bytes) -> dict[str, Any]:
     if not raw:
         raise InvalidJSON("The request body is empty; expected a JSON object.")
@@ -83,6 +86,13 @@ def _decode(raw: bytes) -> dict[str, Any]:
         raise InvalidJSON(f"The request body is not valid JSON: {e}.") from None
     if not isinstance(body, dict):
         raise InvalidJSON(f"The request body must be a JSON object, not {_json_type(body)}.")
+    if raw.count(b"[") + raw.count(b"{") >= _MAX_DEPTH:  # cheap: only then the real test
+        try:
+            orjson.dumps(body)  # orjson reads 1,024 levels but writes only 254
+        except orjson.JSONEncodeError:
+            raise InvalidJSON(
+                f"The request body is nested too deeply (at most {_MAX_DEPTH - 1} levels)."
+            ) from None
     return body
 
 

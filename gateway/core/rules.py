@@ -129,6 +129,12 @@ class Tier(_Strict):
         "API requests are passed through; otherwise they are translated to chat completions",
     )
     max_connections: int = Field(default=1000, ge=1, description="per replica")
+    max_answer_bytes: int = Field(
+        default=64 << 20, ge=1024, description="a larger engine answer is an upstream failure"
+    )
+    max_event_bytes: int = Field(
+        default=8 << 20, ge=1024, description="a larger SSE event is an upstream failure"
+    )
     keepalive: float = Field(
         default=4.0,
         gt=0,

@@ -109,7 +109,7 @@ class Dispatcher:
 
         async def attempt(tier: str, how: Opening) -> Any:
             pool = self._pools[tier]
-            body = orjson.dumps(call.body_for(pool))
+            body = orjson.dumps(call.stream_body(pool))
             return await self._opener.open(call, pool, body, how, trail)
 
         tier, start = await self._run(call, call.d.tiers, attempt, trail, hedge=True)

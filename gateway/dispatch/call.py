@@ -50,6 +50,23 @@ class Call:
             }
         return {**pool.tier.request_defaults, **self.req.body, "model": pool.model, **fields}
 
+    @property
+    def wants_usage(self) -> bool:
+        """The client asked for a stream's usage chunk (``stream_options.include_usage``)."""
+        so = self.req.body.get("stream_options")
+        return isinstance(so, dict) and bool(so.get("include_usage"))
+
+    def stream_body(self, pool: Pool) -> dict[str, Any]:
+        """The body of a streamed attempt: the engine is always asked for its usage (a
+        stream is charged for its prompt and completion tokens like any request); the
+        relay strips that chunk when the client did not ask for it."""
+        if self.wants_usage:
+            return self.body_for(pool)
+        so = self.req.body.get("stream_options")
+        return self.body_for(
+            pool, stream_options={**(so if isinstance(so, dict) else {}), "include_usage": True}
+        )
+
     def can_be_continued(self) -> bool:
         """Whether a stream of this request could be continued on another tier at all."""
         if self.req.kind == "completions" and not isinstance(self.req.body.get("prompt"), str):

@@ -71,7 +71,7 @@ class StreamOpener:
         s = StreamStart(
             _Closed(),
             b"",
-            SSEFramer(),
+            SSEFramer(pool.tier.max_event_bytes, pool.tier.max_answer_bytes),
             StreamState(call.req.kind == "chat"),
             LiveChecks(call.checks, call.req.facts, cfg.check_every_chars, cfg.check_window_chars),
             pool,

@@ -22,6 +22,8 @@ import time
 from collections.abc import Iterator
 from typing import Any, Protocol
 
+import orjson
+
 from gateway.dispatch.call import Call
 from gateway.dispatch.continuation import Continuer
 from gateway.dispatch.loopguard import LoopGuard
@@ -78,6 +80,8 @@ class StreamRelay:
         self._guard = LoopGuard() if "repetition" in call.d.checks else None
         self._last: StreamState = start.state
         self._pool = start.pool  # the tier whose price the answer is charged at
+        self._strip = not call.wants_usage  # the usage chunk was asked for by us, not them
+        self.blocked_s = 0.0  # time spent waiting for the client to take our writes
 
     def abandon(self) -> None:
         """The client never got a response head: drop the upstream stream."""
@@ -88,13 +92,16 @@ class StreamRelay:
     async def run(self, sink: Sink) -> None:
         start = self.start
         try:
-            await sink.write(start.head)
+            head = start.head
+            if self._strip and start.state.usage is not None:
+                head = drop_usage(head)
+            await sink.write(head)
             self._mark_sent(start.state)
             try:
                 await self._pump(start, sink)
                 self._release(ok=True)
             except _Broken as b:
-                self._release(ok=not b.upstream_fault)
+                self._release(ok=not self._engine_fault(b, start))
                 self.trail.failures.append(Failure(self.tier, b.kind, b.detail, False))
                 await self._recover(sink, start, b)
             await self._epilogue(sink)
@@ -116,13 +123,14 @@ class StreamRelay:
     async def _pump(self, s: StreamStart, sink: Sink) -> None:
         """Forward one upstream stream to the end; raise :class:`_Broken` if it goes bad."""
         state, live, splice = s.state, s.live, self._splice
-        if not (live or splice is not None or self._can_continue()):
+        if not (live or splice is not None or self._strip or self._can_continue()):
             await self._passthrough(s, sink)
             return
         guard, held = self._guard, b""
         with _as_broken():
             while chunk := await s.up.read():
                 complete, payloads = s.framer.feed(chunk)
+                usage = state.usage
                 for p in payloads:
                     state.feed(p)
                 bad = live.maybe_run(state)
@@ -131,13 +139,17 @@ class StreamRelay:
                 if not complete:
                     continue
                 out = splice.rewrite(payloads) if splice is not None else complete
+                if state.usage is not usage and self._strip and splice is None:
+                    out = drop_usage(out)
                 if guard is not None and guard.update(state):  # a candidate loop: hold it
                     if guard.confirmed(state):
                         raise _Broken("check_repetition", _LOOP, upstream_fault=False)
                     held += out
                     continue
                 if held + out:
+                    t0 = time.monotonic()
                     await sink.write(held + out)
+                    self.blocked_s += time.monotonic() - t0
                 held = b""
                 self._mark_sent(state)
         if held:  # repetitive, but it ended: not a loop
@@ -153,16 +165,19 @@ class StreamRelay:
         prev = last = b""
         with _as_broken():
             while chunk := await s.up.read():
+                t0 = time.monotonic()
                 await sink.write(chunk)
+                self.blocked_s += time.monotonic() - t0
                 prev, last = last, chunk
         tail = prev + last
-        if b"[DONE]" in tail[-64:] or s.state.done:
-            s.state.done = True
-            return
-        ending = StreamState(s.state.chat)  # the last events: did it finish without [DONE]?
+        ending = StreamState(s.state.chat)  # the last events: usage; finished without [DONE]?
         for p in data_payloads(tail):
             with contextlib.suppress(AttemptError):
                 ending.feed(p)
+        s.state.usage = ending.usage or s.state.usage
+        if b"[DONE]" in tail[-64:] or s.state.done:
+            s.state.done = True
+            return
         s.state.finish_reason = s.state.finish_reason or ending.finish_reason
         self._finish_or_cut(s.state)
         await sink.write(DONE)
@@ -175,6 +190,17 @@ class StreamRelay:
             state.done = state.eof_done = True
             return
         raise _Broken("stream_cut", "the stream ended without [DONE]", upstream_fault=True)
+
+    def _engine_fault(self, b: _Broken, s: StreamStart) -> bool:
+        """Whether a failure counts against the tier. A timeout after the client kept us
+        blocked on our writes for a stall limit or more is backpressure from a slow
+        reader, not the engine's fault (``client_slow``): the circuit is not charged."""
+        if not b.upstream_fault:
+            return False
+        if b.kind == "stall" and self.blocked_s >= s.pool.tier.timeouts.stall:
+            b.kind, b.detail = "client_slow", "the client read too slowly"
+            return False
+        return True
 
     def _mark_sent(self, state: StreamState) -> None:
         self.sent_chars = state.chars
@@ -208,7 +234,7 @@ class StreamRelay:
         self._active, self._last, self._pool = nxt, nxt.state, nxt.pool
         if self._guard is not None:
             self._guard = LoopGuard()  # the continuation's own text
-        self._splice = Splice(state, prefix, self.sent_tokens, self._client_wants_usage())
+        self._splice = Splice(state, prefix, self.sent_tokens, self.call.wants_usage)
         head = self._splice.rewrite(data_payloads(nxt.head))
         if head:
             await sink.write(head)
@@ -216,19 +242,15 @@ class StreamRelay:
             await self._pump(nxt, sink)
             self._release(ok=True)
         except _Broken as b2:
-            self._release(ok=not b2.upstream_fault)
+            self._release(ok=not self._engine_fault(b2, nxt))
             self.trail.failures.append(Failure(self.tier, b2.kind, b2.detail, False))
             await self._error(
                 sink, f"The stream broke off: {why}; its continuation on {self.tier} failed too."
             )
 
-    def _client_wants_usage(self) -> bool:
-        so = self.call.req.body.get("stream_options")
-        return isinstance(so, dict) and bool(so.get("include_usage"))
-
     def usage(self) -> dict[str, Any]:
         """What this stream cost, for accounting: the engine's report when it sent one,
-        else the content events sent (about one token each)."""
+        else an estimate (the prompt's size, the content events sent: ~ a token each)."""
         if self._splice is not None:
             if self._splice.merged is not None:
                 return self._splice.merged
@@ -236,7 +258,10 @@ class StreamRelay:
                 return self._splice.merge_usage(self._last.usage)
         if self.start.state.usage:
             return self.start.state.usage
-        return {"prompt_tokens": 0, "completion_tokens": self.sent_tokens}
+        return {
+            "prompt_tokens": self.call.req.prompt_tokens,
+            "completion_tokens": self.sent_tokens,
+        }
 
     def cost(self) -> float | None:
         """USD at the answering tier's price (a continuation's first part included)."""
@@ -255,3 +280,20 @@ class StreamRelay:
         if fb:
             await sink.write(f": {H_FALLBACK} {fb}\n\n".encode("ascii", "replace"))
         await sink.write_eof()
+
+
+def drop_usage(events: bytes) -> bytes:
+    """Complete SSE events without the usage-only event (``"choices": []``) that the
+    gateway asked the engine for on the client's behalf."""
+    kept = [ev for ev in events.split(b"\n\n") if not (b'"usage"' in ev and _usage_only(ev))]
+    return b"\n\n".join(kept)
+
+
+def _usage_only(event: bytes) -> bool:
+    for payload in data_payloads(event):
+        try:
+            obj = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            return False
+        return isinstance(obj, dict) and bool(obj.get("usage")) and not obj.get("choices")
+    return False

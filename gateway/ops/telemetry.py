@@ -146,7 +146,9 @@ class Telemetry:
         otlp_endpoint: str | None = None,
         service: str = "llm-gateway",
         flush_interval: float = 0.5,
+        tenant_label: bool = True,
     ):
+        self._tenant_label = tenant_label  # off: every tenant counts as "all" (no ids exposed)
         self.registry = CollectorRegistry(auto_describe=True)
         readers: list[MetricReader] = [
             PrometheusMetricReader(registry=self.registry, disable_target_info=True)
@@ -252,6 +254,8 @@ class Telemetry:
     def _tenant(self, tenant: str | None) -> str:
         if tenant is None:
             return "none"
+        if not self._tenant_label:
+            return "all"
         if tenant in self._tenants:
             return tenant
         if len(self._tenants) < MAX_TENANT_LABELS:

@@ -138,8 +138,13 @@ def _failed(gw: Gateway, ex: Exchange, e: GatewayError) -> web.Response:
 def _answer(
     gw: Gateway, rt: Runtime, ex: Exchange, req: ClientRequest, out: Outcome
 ) -> web.Response:
-    ex.trail, ex.tier, ex.usage = out.trail, out.tier, out.usage
-    ex.cost = rt.pools[out.tier].cost(out.usage)
+    ex.trail, ex.tier = out.trail, out.tier
+    # an engine that reports no usage is charged an estimate, never nothing
+    ex.usage = out.usage or {
+        "prompt_tokens": req.prompt_tokens,
+        "completion_tokens": len(out.body) // 4,
+    }
+    ex.cost = rt.pools[out.tier].cost(ex.usage)
     if ex.eff is not None:
         _maybe_shadow(gw, rt, ex, req, lambda: answer_text(req.kind, orjson.loads(out.body)))
     headers = ex.headers()

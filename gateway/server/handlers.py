@@ -6,13 +6,14 @@ The completion handlers live in :mod:`gateway.server.completions`, the Responses
 
 from __future__ import annotations
 
+import hmac
 from types import MappingProxyType
 
 import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from gateway.errors import MethodNotAllowed, ModelNotFound, NotFound
+from gateway.errors import MethodNotAllowed, ModelNotFound, NotFound, Unauthorized
 from gateway.server.completions import chat_completions, completions
 from gateway.server.embeddings import embeddings
 from gateway.server.responses import JSON, error_response, request_id
@@ -34,7 +35,17 @@ _KNOWN = MappingProxyType(
 
 
 async def metrics(request: web.Request) -> web.Response:
-    body = request.app[GATEWAY].prometheus()
+    gw = request.app[GATEWAY]
+    token = gw.settings.metrics_token
+    if token is not None:
+        want = f"Bearer {token.get_secret_value()}".encode()
+        got = request.headers.get("Authorization", "").encode()
+        if not hmac.compare_digest(got, want):
+            err = Unauthorized(
+                "GET /metrics needs 'Authorization: Bearer <GATEWAY_METRICS_TOKEN>'."
+            )
+            return error_response(err, request_id(request))
+    body = gw.prometheus()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 

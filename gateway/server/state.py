@@ -75,7 +75,13 @@ class Gateway:
     ) -> Gateway:
         rules = rules.with_endpoints(settings.pool_urls).with_models(settings.pool_models)
         if store is None and settings.redis_url:
-            store = RedisStore(settings.redis_url, settings.redis_prefix, settings.redis_timeout)
+            store = RedisStore(
+                settings.redis_url,
+                settings.redis_prefix,
+                settings.redis_timeout,
+                settings.redis_max_connections,
+                settings.redis_pool_wait,
+            )
         elif store is None and settings.admin_token is not None:
             store = MemoryStore()
         secret = (
@@ -84,7 +90,7 @@ class Gateway:
             else secrets.token_bytes(32)
         )  # in-process store: keys die with it anyway
         access = Access(store, secret, settings.tenancy, settings.policy_cache_ttl)
-        tel = Telemetry(settings.otlp_endpoint)
+        tel = Telemetry(settings.otlp_endpoint, tenant_label=settings.metrics_tenant_label)
         pools = Pools(dict(rules.tiers), transport)
         gw = cls(settings, store, access, tel, _runtime(rules, pools, tel, store), transport)
         for p in pools.by_tier.values():

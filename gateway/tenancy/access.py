@@ -13,6 +13,7 @@ answers 500, and the cache heals by itself when Redis returns.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from gateway.tenancy.tenants import OPEN, Effective, effective_policy, key_diges
 log = logging.getLogger("gateway.access")
 _NEGATIVE_TTL = 5.0
 _NEGATIVE_MAX = 10_000
+_RELEASE_RETRY = (0.05, 0.2, 0.5, 1.0, 2.0)  # seconds between tries: a slot is never dropped
 
 
 @dataclass(slots=True)
@@ -54,7 +56,10 @@ class Access:
             self.degraded = True
         elif kind == "resync":
             self.degraded = False
-            self._cache.clear()
+            # re-read every key on its next use, but keep the last known policy: a Redis
+            # that just came back may still fail a call, and a known key must not get 503
+            for entry in self._cache.values():
+                entry.at = float("-inf")
             self._unknown.clear()
         elif kind == "tenant":
             tid = ev.get("id")
@@ -139,14 +144,29 @@ class Access:
         prompt = int((usage or {}).get("prompt_tokens") or 0)
         completion = int((usage or {}).get("completion_tokens") or 0)
         micro = round((cost or 0.0) * 1e6)  # counted in micro-USD: integers, atomic in Redis
+        if eff.policy.max_concurrent_requests:
+            await self.release(eff.tenant_id, rid)
         try:
-            if eff.policy.max_concurrent_requests:
-                await self.store.release(eff.tenant_id, rid)
             used = Used(tier, prompt, completion, fallback, micro)
             await self.store.record_usage(eff.tenant_id, used, eff.policy)
         except StoreUnavailable:
-            self._local.release(eff.tenant_id, rid)
             self._local.debit(eff.tenant_id, prompt + completion, eff.policy, micro_usd=micro)
+
+    async def release(self, tenant_id: str, rid: str) -> None:
+        """Free a concurrency slot, retried: a slot left behind counts against the tenant
+        until it expires. A slot given by the local limiter (store down at admission) is
+        freed there too."""
+        self._local.release(tenant_id, rid)
+        assert self.store is not None
+        for pause in (0.0, *_RELEASE_RETRY):
+            if pause:
+                await asyncio.sleep(pause)
+            try:
+                await self.store.release(tenant_id, rid)
+                return
+            except StoreUnavailable:
+                continue
+        log.warning("could not free slot %s of tenant %s: it expires by itself", rid, tenant_id)
 
 
 def _denied(adm: Admission) -> RateLimited:

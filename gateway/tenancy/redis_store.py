@@ -37,12 +37,28 @@ from gateway.tenancy.tenants import ApiKey, Policy, Tenant
 class RedisStore:
     """The shared store. ``timeout`` bounds every call: a slow Redis is a down Redis."""
 
-    def __init__(self, url: str, prefix: str = "gw:", timeout: float = 0.5):
+    def __init__(
+        self,
+        url: str,
+        prefix: str = "gw:",
+        timeout: float = 0.5,
+        max_connections: int = 128,
+        pool_wait: float | None = None,
+    ):
         import redis.asyncio as redis
 
-        self._r = redis.Redis.from_url(
-            url, socket_timeout=timeout, socket_connect_timeout=timeout, health_check_interval=5
+        # A sized pool that waits (up to ``pool_wait``) for a free connection: redis-py's
+        # default fails at once when full, which made a busy Redis look down.
+        self._pool_wait = timeout if pool_wait is None else pool_wait
+        pool = redis.BlockingConnectionPool.from_url(
+            url,
+            max_connections=max_connections,
+            timeout=self._pool_wait,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            health_check_interval=5,
         )
+        self._r = redis.Redis.from_pool(pool)  # closes the pool with the client
         self._p = prefix
         self._timeout = timeout
         self._admit = self._r.register_script(ADMIT_LUA)
@@ -60,7 +76,7 @@ class RedisStore:
         import redis.exceptions as rexc
 
         try:
-            async with asyncio.timeout(self._timeout * 2):
+            async with asyncio.timeout(self._timeout * 2 + self._pool_wait):
                 return await coro
         except (rexc.ConnectionError, rexc.TimeoutError, TimeoutError, OSError) as e:
             raise StoreUnavailable(str(e) or type(e).__name__) from None

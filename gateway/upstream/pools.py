@@ -285,10 +285,14 @@ class Pool:
         """POST and read the whole 200 answer (a non-streamed request)."""
         up = await self.open(rep, path, body, limits, stream=False)
         parts: list[bytes] = []
+        size, limit = 0, self.tier.max_answer_bytes
         try:
             async with asyncio.timeout(limits.total):
                 while chunk := await up.read():
                     parts.append(chunk)
+                    size += len(chunk)
+                    if size > limit:
+                        raise AttemptError("too_large", f"the answer is over {limit} bytes")
         except TimeoutError:
             up.close()
             raise AttemptError(

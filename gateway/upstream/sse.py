@@ -28,7 +28,6 @@ import orjson
 from gateway.checks.base import Output
 from gateway.upstream.transport import AttemptError
 
-MAX_EVENT_BYTES = 8 * 1024 * 1024  # one SSE event; an engine's are a few hundred bytes
 _PLAIN_DELTA = frozenset(("role", "content", "tool_calls"))
 _PLAIN_CHOICE = frozenset(
     ("index", "delta", "text", "finish_reason", "logprobs", "matched_stop", "stop_reason")
@@ -42,46 +41,64 @@ def data_payloads(events: bytes) -> list[bytes]:
 
 
 class SSEFramer:
-    """Splits a byte stream into complete SSE events (``\\n\\n``-terminated)."""
+    """Splits a byte stream into complete SSE events (``\\n\\n``-terminated).
 
-    __slots__ = ("_limit", "_parts", "_size")
+    Linear in the bytes fed: an unfinished event is kept as a list of chunks and joined
+    once, when its end arrives (joining on every chunk made one huge event quadratic).
+    An event over ``max_event`` bytes, or a stream over ``max_total``, is an upstream
+    failure (``too_large``), not memory without end.
+    """
 
-    def __init__(self, limit: int = MAX_EVENT_BYTES) -> None:
-        self._parts: list[bytes] = []  # bytes of an event not complete yet
-        self._size = 0
-        self._limit = limit
+    __slots__ = ("_parts", "_pending", "_total", "max_event", "max_total")
+
+    def __init__(self, max_event: int = 8 << 20, max_total: int = 64 << 20) -> None:
+        self._parts: list[bytes] = []
+        self._pending = 0
+        self._total = 0
+        self.max_event = max_event
+        self.max_total = max_total
 
     def feed(self, chunk: bytes) -> tuple[bytes, list[bytes]]:
         """Complete events' bytes (to forward) and their ``data:`` payloads."""
         if b"\r" in chunk:
             chunk = chunk.replace(b"\r\n", b"\n")
-        end = chunk.rfind(b"\n\n")
-        if end < 0 and self._parts and chunk[:1] == b"\n" and self._parts[-1][-1:] == b"\n":
-            end = -1  # the blank line straddles two chunks
-        elif end < 0:
-            return self._keep(chunk)
-        head, rest = chunk[: end + 2], chunk[end + 2 :]
-        if self._parts:
-            self._parts.append(head)
-            head = b"".join(self._parts)
-            self._parts, self._size = [], 0
-        if rest:
-            self._keep(rest)
-        return head, data_payloads(head)
+        self._total += len(chunk)
+        if self._total > self.max_total:
+            raise AttemptError("too_large", f"the answer is over {self.max_total} bytes")
+        parts = self._parts
+        if parts:
+            if b"\n\n" not in chunk and not (chunk[:1] == b"\n" and parts[-1][-1:] == b"\n"):
+                return self._hold(chunk)
+            parts.append(chunk)
+            buf = b"".join(parts)
+            parts.clear()
+            self._pending = 0
+        else:
+            buf = chunk
+        end = buf.rfind(b"\n\n")
+        if end < 0:
+            return self._hold(buf)
+        complete = buf[: end + 2]
+        if len(complete) > self.max_event:  # rare: maybe a whole huge event in one read
+            self._each_within_limit(complete)
+        if end + 2 < len(buf):
+            self._hold(buf[end + 2 :])
+        return complete, data_payloads(complete)
 
-    def _keep(self, part: bytes) -> tuple[bytes, list[bytes]]:
-        if part:
-            self._size += len(part)
-            if self._size > self._limit:
-                raise AttemptError("bad_stream", f"an event is over {self._limit} bytes")
-            self._parts.append(part)
+    def _each_within_limit(self, events: bytes) -> None:
+        if max(map(len, events.split(b"\n\n"))) > self.max_event:
+            raise AttemptError("too_large", f"an event is over {self.max_event} bytes")
+
+    def _hold(self, data: bytes) -> tuple[bytes, list[bytes]]:
+        self._parts.append(data)
+        self._pending += len(data)
+        if self._pending > self.max_event:
+            raise AttemptError("too_large", f"an event is over {self.max_event} bytes")
         return b"", []
 
     @property
     def pending(self) -> bytes:
-        if len(self._parts) > 1:
-            self._parts = [b"".join(self._parts)]
-        return self._parts[0] if self._parts else b""
+        return b"".join(self._parts)
 
 
 def _extra(obj: dict[str, Any], plain: frozenset[str]) -> bool:
