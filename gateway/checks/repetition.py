@@ -90,7 +90,7 @@ def _extend_forward(text: str, end: int, p: int) -> int:
     return good
 
 
-def _find_loop(text: str, st: RepetitionSettings) -> _Loop | None:
+def _find_loop(text: str, st: RepetitionSettings, numbered: bool = False) -> _Loop | None:
     """The first (leftmost) loop in ``text``, or None.
 
     Probe points ``a`` are spaced ``stride`` apart, plus the end of the text (with and
@@ -126,6 +126,10 @@ def _find_loop(text: str, st: RepetitionSettings) -> _Loop | None:
             s = a - max(min_span, repeats * p)
             if s < 0:
                 break  # longer periods need even longer spans
+            if numbered and not numbered_unit(text[a - p : a]):
+                tries += 1  # a counter ("word0 word0 "): not the unit of a numbered loop
+                pos = text.rfind(needle, lo, pos + m - 1)
+                continue
             # Cheap look at the far end of the span first, then the whole span at once.
             if text[s : s + m] == text[s + p : s + p + m] and text[s : a - p] == text[s + p : a]:
                 loop = _Loop(_extend_back(text, s, p), _extend_forward(text, a, p), p)
@@ -151,7 +155,7 @@ def _find_numbered(text: str, st: RepetitionSettings, at_limit: bool) -> _Loop |
     enough = st.min_repeats if at_limit else st.numbered_min_copies
     at = 0
     for _ in range(8):  # a run can break where numbers grow a digit (9 -> 10): look on
-        loop = _find_loop(norm[at:], st)
+        loop = _find_loop(norm[at:], st, numbered=True)
         if loop is None:
             return None
         start, end, p = at + loop.start, at + loop.end, loop.period

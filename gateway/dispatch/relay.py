@@ -285,8 +285,16 @@ class StreamRelay:
 def drop_usage(events: bytes) -> bytes:
     """Complete SSE events without the usage-only event (``"choices": []``) that the
     gateway asked the engine for on the client's behalf."""
-    kept = [ev for ev in events.split(b"\n\n") if not (b'"usage"' in ev and _usage_only(ev))]
-    return b"\n\n".join(kept)
+    at = events.rfind(b'"usage"')  # the usage event is the last before [DONE] (and some
+    if at < 0:  # engines send "usage": null in every event): only the last one is looked at
+        return events
+    before = events.rfind(b"\n\n", 0, at)
+    start = 0 if before < 0 else before + 2
+    end = events.find(b"\n\n", at)
+    end = len(events) if end < 0 else end + 2
+    if not _usage_only(events[start:end]):
+        return events
+    return events[:start] + events[end:]
 
 
 def _usage_only(event: bytes) -> bool:
