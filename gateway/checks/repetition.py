@@ -19,6 +19,7 @@ _MAX_CANDIDATES: Final = 4
 """Candidate periods tried per probe point; bounds the cost on code full of repeats."""
 _LETTER: Final = re.compile(r"[^\W\d_]")  # any letter, CJK included
 _NONZERO_DIGIT: Final = re.compile(r"[1-9]")  # each read as 0: every index is kept
+_ZEROS: Final = bytes.maketrans(b"123456789", b"000000000")
 NUMBERED_MIN_UNIT: Final = 12
 """Shortest unit of a numbered loop: a counted item ("4. Restart the server."), not a
 counter with a word ("word1 word2 ...", "item 1, item 2, ...")."""
@@ -140,6 +141,15 @@ def _find_loop(text: str, st: RepetitionSettings, numbered: bool = False) -> _Lo
     return None
 
 
+def digits_as_zero(text: str) -> str:
+    """``text`` with every digit read as 0, every index kept. ASCII text goes through
+    ``bytes.translate`` (0.3 us for 350 characters); ``re.sub`` otherwise (``str.translate``
+    is slower still on non-ASCII text)."""
+    if text.isascii():
+        return text.encode().translate(_ZEROS).decode()
+    return _NONZERO_DIGIT.sub("0", text)
+
+
 def numbered_unit(unit: str) -> bool:
     """A unit a numbered loop may repeat: letters in it, and ``NUMBERED_MIN_UNIT`` or more
     characters once any shorter period within it is taken (``word0 word0 `` is two)."""
@@ -151,7 +161,7 @@ def _find_numbered(text: str, st: RepetitionSettings, at_limit: bool) -> _Loop |
     reads 0, letters in the unit, and many copies (or the answer hit its token limit)."""
     if _NONZERO_DIGIT.search(text) is None:
         return None
-    norm = _NONZERO_DIGIT.sub("0", text)  # str.translate: 10x slower on non-ASCII text
+    norm = digits_as_zero(text)
     enough = st.min_repeats if at_limit else st.numbered_min_copies
     at = 0
     for _ in range(8):  # a run can break where numbers grow a digit (9 -> 10): look on

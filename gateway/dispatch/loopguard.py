@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 
+from gateway.checks.repetition import digits_as_zero
 from gateway.upstream.sse import StreamState
 
 MIN_UNIT = 8
@@ -25,7 +26,6 @@ _WINDOW = 2 * MAX_UNIT + MIN_UNIT
 CONFIRM_COPIES = 4
 NUMBERED_COPIES = 30  # RepetitionSettings.numbered_min_copies
 NUMBERED_MIN_UNIT = 12  # repetition.NUMBERED_MIN_UNIT
-_NONZERO_DIGIT = re.compile(r"[1-9]")
 _LETTER = re.compile(r"[^\W\d_]")
 CONFIRM_SPAN = 200
 DETECT_EVERY = 32  # characters between looks for a new candidate (a unit is 8 or more)
@@ -46,7 +46,7 @@ class LoopGuard:
         if state.chars == self.checked:
             return self.period > 0
         new, self.checked = state.chars - self.checked, state.chars
-        t = self._tail + _NONZERO_DIGIT.sub("0", state.tail(new)[-new:])
+        t = self._tail + digits_as_zero(state.tail(new)[-new:])
         if len(t) > 2 * _WINDOW:  # trimmed now and then, not per chunk
             t = t[-_WINDOW:]
         self._tail = t
