@@ -39,7 +39,7 @@ class Completer:
         body = call.body_for(pool, stream=True, stream_options={"include_usage": True})
         how = replace(how, assemble=True)
         s = await self._opener.open(call, pool, orjson.dumps(body), how, trail)
-        t0 = time.perf_counter()
+        waited = s.waited_s  # what the opener counted already
         try:
             answer = await self._drain(call, s, how)
         except BaseException:
@@ -47,7 +47,7 @@ class Completer:
             s.finish(ok=True)
             raise
         finally:
-            trail.upstream_s += time.perf_counter() - t0
+            trail.upstream_s += s.waited_s - waited
         s.up.release()
         s.finish(ok=True)
         self._judge(call, answer, how, trail, s.checks_failed)

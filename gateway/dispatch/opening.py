@@ -20,7 +20,7 @@ from gateway.dispatch.outcome import Trail
 from gateway.ops.telemetry import Telemetry
 from gateway.upstream.pools import Pool, Replica
 from gateway.upstream.sse import SSEFramer, StreamState
-from gateway.upstream.transport import AttemptError, UpstreamStream
+from gateway.upstream.transport import AttemptError, Timeouts, UpstreamStream
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +47,7 @@ class StreamStart:
     pool: Pool
     replica: Replica
     checks_failed: CheckResult | None = None  # the last tier failed a check, delivered anyway
+    waited_s: float = 0.0  # time spent waiting on the engine (the rest is the gateway's own)
 
     def finish(self, ok: bool) -> None:
         """The stream is over: free the replica slot; an upstream fault counts against it."""
@@ -83,7 +84,7 @@ class StreamOpener:
         rep.in_flight += 1
         try:
             async with asyncio.timeout(ttft):
-                s.up = await pool.open(rep, call.path_for(pool), body, pool.limits(remaining, True))
+                await _connect(s, call.path_for(pool), body, pool.limits(remaining, True))
                 await _first_token(s)
             self._book.add(pool.name, "ttft", time.perf_counter() - t0)
             if how.first_token is not None:
@@ -110,7 +111,7 @@ class StreamOpener:
             _abandon(s)
             raise
         finally:
-            trail.upstream_s += time.perf_counter() - t0
+            trail.upstream_s += s.waited_s
         pool.record(True)
         return s
 
@@ -159,7 +160,11 @@ async def pull(s: StreamStart) -> bool:
     A stream that ends after a ``finish_reason`` but without ``data: [DONE]`` (some
     engines and providers omit it) is complete, not cut.
     """
-    chunk = await s.up.read()
+    t0 = time.perf_counter()
+    try:
+        chunk = await s.up.read()
+    finally:
+        s.waited_s += time.perf_counter() - t0
     if not chunk:
         if s.state.finish_reason is not None:
             s.state.done = s.state.eof_done = True
@@ -174,6 +179,15 @@ async def pull(s: StreamStart) -> bool:
     if complete and s.state.events is None:  # assembling: nothing is relayed, keep no bytes
         s.head += complete
     return token
+
+
+async def _connect(s: StreamStart, path: str, body: bytes, limits: Timeouts) -> None:
+    """Send the request; the answer's head is in (the wait counts as the engine's)."""
+    t0 = time.perf_counter()
+    try:
+        s.up = await s.pool.open(s.replica, path, body, limits)
+    finally:
+        s.waited_s += time.perf_counter() - t0
 
 
 async def _first_token(s: StreamStart) -> None:
