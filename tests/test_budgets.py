@@ -22,11 +22,11 @@ from gateway.tenancy.tenants import CostBudget, Policy, TokenBudget
 from tests.conftest import Proc, rules_for_tests, start_gateway
 from tests.test_tenancy import REDIS, new_tenant, tenancy_env, until
 
-WORDS = (
+TEXT = (  # 30 distinct words: 30 completion tokens at the fake engine
     "amber basil cedar delta ember fjord grove heron inlet juniper kelp lotus maple nectar "
     "onyx pearl quartz raven sage tundra umber violet willow xenon yarrow zephyr acorn birch "
     "clover dune"
-).split()  # 30 distinct words: 30 completion tokens at the fake engine
+)
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +111,7 @@ def test_two_replicas_never_overspend_by_more_than_one_reservation(
 ) -> None:
     budget, max_tokens = 400, 40
     tid, _, key = new_tenant(two[0].admin, {"token_budget": {"tokens": budget}})
-    content = f"[[*: text={' '.join(WORDS)}; chunks=30; gap=0.02]] tell me a story please"
+    content = f"[[*: text={TEXT}; chunks=30; gap=0.02]] tell me a story please"
     reservation = len(content) // 4 + max_tokens  # the prompt estimate + max_tokens
     urls = [p.url.removesuffix("/healthz") for p in two]
     served = 0
@@ -124,7 +124,7 @@ def test_two_replicas_never_overspend_by_more_than_one_reservation(
             ok = codes.count(200)
             assert ok < 24  # without reservations every stream of a burst runs
             served += ok
-            assert until(lambda: _spent(prefix, tid)[0] >= served * 40, timeout=5.0)
+            assert until(lambda n=served: _spent(prefix, tid)[0] >= n * 40, timeout=5.0)
             if ok == 0:
                 break
     used, counter = _spent(prefix, tid)
@@ -135,7 +135,7 @@ def test_two_replicas_never_overspend_by_more_than_one_reservation(
 
 def test_a_cancelled_stream_settles_what_it_used(two: list[Proc], prefix: str) -> None:
     tid, _, key = new_tenant(two[0].admin, {"token_budget": {"tokens": 100_000}})
-    content = f"[[*: text={' '.join(WORDS)}; chunks=30; gap=0.1]] and stop early"
+    content = f"[[*: text={TEXT}; chunks=30; gap=0.1]] and stop early"
     url = two[1].url.removesuffix("/healthz")
     assert _stream(url, key, content, 4000, read=4) == 200
     assert until(lambda: _spent(prefix, tid)[0] > 0, timeout=5.0)
