@@ -41,7 +41,7 @@ from gateway.server.exchange import Exchange
 from gateway.server.responses import JSON, error_response, request_id
 from gateway.server.state import GATEWAY, Gateway, Runtime
 from gateway.settings import Settings
-from gateway.tenancy.access import rate_headers
+from gateway.tenancy.access import Ended, rate_headers
 from gateway.tenancy.limits import NO_RESERVE, Reserve
 from gateway.upstream.transport import AttemptError
 
@@ -118,7 +118,7 @@ async def _serve(
         ex.status, ex.error = (499, "client_closed") if _cancelled(e) else (500, "internal_error")
         _account(gw, ex)
         raise
-    resp = _answer(gw, rt, ex, req, out)
+    resp = await _answer(gw, rt, ex, req, out)
     if wire is not None:
         resp.body = wire.answer(out.body)
     return resp
@@ -150,7 +150,7 @@ def _failed(gw: Gateway, ex: Exchange, e: GatewayError) -> web.Response:
     return error_response(e, ex.rid, extra)
 
 
-def _answer(
+async def _answer(
     gw: Gateway, rt: Runtime, ex: Exchange, req: ClientRequest, out: Outcome
 ) -> web.Response:
     ex.trail, ex.tier, ex.usage = out.trail, out.tier, out.usage
@@ -161,7 +161,11 @@ def _answer(
     headers[H_REQUEST_ID] = ex.rid
     if ex.admission is not None and ex.eff is not None and ex.eff.tenant_id is not None:
         headers.update(rate_headers(ex.admission))
-    _account(gw, ex)
+    settling = _account(gw, ex)
+    if settling is not None and ex.admission is not None and ex.admission.hold is not None:
+        # settled before the answer leaves: the client's next request sees its real usage,
+        # not this one's reservation (bounded: the store's calls time out)
+        await asyncio.wait({settling}, timeout=4 * gw.settings.redis_timeout)
     return web.Response(body=out.body, content_type=JSON, headers=headers)
 
 
@@ -237,14 +241,16 @@ def _maybe_shadow(
         )
 
 
-def _account(gw: Gateway, ex: Exchange) -> None:
-    """Free the concurrency slot and count the usage, after the answer (tenants only)."""
+def _account(gw: Gateway, ex: Exchange) -> asyncio.Task[None] | None:
+    """Free the concurrency slot, count the usage and settle the budget hold (tenants
+    only), in a task of its own."""
     eff, slot = ex.eff, ex.slot
     ex.slot = None  # once: every exit path calls this
-    if slot is not None and eff is not None and eff.tenant_id is not None:
-        reason = ex.trail.fallback_kind if ex.trail is not None else ex.error
-        hold = ex.admission.hold if ex.admission is not None else None
-        gw.spawn(gw.access.done(eff, slot, ex.tier, ex.usage, reason, ex.cost, hold))
+    if slot is None or eff is None or eff.tenant_id is None:
+        return None
+    reason = ex.trail.fallback_kind if ex.trail is not None else ex.error
+    hold = ex.admission.hold if ex.admission is not None else None
+    return gw.spawn(gw.access.done(eff, slot, Ended(ex.tier, ex.usage, reason, ex.cost, hold)))
 
 
 async def read_body(request: web.Request, settings: Settings) -> bytes:

@@ -35,6 +35,18 @@ class _Entry:
     at: float
 
 
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """How a request ended, for accounting: the tier that answered, its usage, the
+    fallback (or error) kind, its cost in USD and what its admission held."""
+
+    tier: str
+    usage: dict[str, Any] | None
+    fallback: str | None = None
+    cost: float | None = None
+    hold: Hold | None = None
+
+
 class Access:
     def __init__(self, store: Store | None, secret: bytes, required: bool, ttl: float):
         self.store = store
@@ -129,18 +141,10 @@ class Access:
             raise _denied(adm)
         return adm
 
-    async def done(
-        self,
-        eff: Effective,
-        rid: str,
-        tier: str,
-        usage: dict[str, Any] | None,
-        fallback: str | None,
-        cost: float | None = None,
-        hold: Hold | None = None,
-    ) -> None:
+    async def done(self, eff: Effective, rid: str, end: Ended) -> None:
         """After the answer (off the critical path): free the slot, count the usage and
-        settle what the admission held (``hold``), cancelled requests included."""
+        settle what the admission held (``end.hold``), cancelled requests included."""
+        tier, usage, fallback, cost, hold = end.tier, end.usage, end.fallback, end.cost, end.hold
         if eff.tenant_id is None or self.store is None:
             return
         prompt = int((usage or {}).get("prompt_tokens") or 0)
