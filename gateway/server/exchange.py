@@ -108,6 +108,7 @@ class Exchange:
             t.ok_attempt_s if t else None,
             self.error,
             self.cost,
+            (d.arm or "none") if d else "none",
         )
 
     def annotate(self, span: trace.Span) -> None:
