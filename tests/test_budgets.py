@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from gateway.tenancy.limits import LocalLimiter, Reserve, budget_period
+from gateway.tenancy.memory_store import MemoryStore
 from gateway.tenancy.redis_store import RedisStore
 from gateway.tenancy.store import Used
 from gateway.tenancy.tenants import CostBudget, Policy, TokenBudget
@@ -128,6 +129,7 @@ def test_two_replicas_never_overspend_by_more_than_one_reservation(
             if ok == 0:
                 break
     used, counter = _spent(prefix, tid)
+    print(f"\nbudget {budget}, reservation {reservation}: {served} streams served, used {used}")
     assert used == served * 40  # 10 prompt + 30 completion tokens each, all settled
     assert counter == used  # every reservation given back
     assert budget <= used <= budget + reservation  # spent, and by one reservation at most
@@ -181,3 +183,17 @@ def test_local_limiter_reserves_the_same_way() -> None:
     lim.debit("t", 5, p, 0, a.hold)
     lim.debit("t", 5, p, 0, b.hold)
     assert lim.admit("t", "r4", p, want=Reserve(80)).ok  # 10 used, 80 held
+
+
+def test_memory_store_reserves_and_settles() -> None:
+    async def run() -> None:
+        s = MemoryStore()
+        p = Policy(token_budget=TokenBudget(tokens=100))
+        a = await s.admit("t", "r1", p, Reserve(90))
+        assert a.ok and a.hold is not None
+        assert (await s.admit("t", "r2", p, Reserve(90))).ok  # 90 held < 100
+        assert not (await s.admit("t", "r3", p, Reserve(90))).ok  # 180 held
+        await s.record_usage("t", Used("highspeed", 10, 5), p, a.hold)
+        assert (await s.usage("t"))["completion_tokens"] == 5
+
+    asyncio.run(run())

@@ -4,8 +4,10 @@ router is pure (table tests); one end-to-end run through a real gateway and fake
 
 from __future__ import annotations
 
+import asyncio
 import json
 import urllib.request
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -19,8 +21,10 @@ from gateway.core.explain import explain
 from gateway.core.request import parse_chat
 from gateway.core.router import Router
 from gateway.core.rules import Rules, RulesError, parse_rules
+from gateway.tenancy.redis_store import RedisStore
 from gateway.tenancy.tenants import Effective, Policy
 from tests.conftest import Proc, rules_for_tests, start_gateway
+from tests.test_tenancy import REDIS, call, chat, new_tenant, tenancy_env, until
 
 SPLIT = [
     {"tier": "highspeed", "weight": 90, "name": "stable"},
@@ -153,3 +157,41 @@ def test_end_to_end_arm_header_tier_and_metrics(canary_gw: str) -> None:
     assert any('arm="canary"' in ln for ln in reqs) and any('arm="stable"' in ln for ln in reqs)
     lat = [ln for ln in metrics.splitlines() if ln.startswith("gateway_request_latency_seconds")]
     assert any('arm="canary"' in ln for ln in lat)
+
+
+@pytest.fixture(scope="module")
+def admin_gw(engines: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
+    prefix = f"gwtest:{uuid.uuid4().hex[:8]}:"
+    tmp = tmp_path_factory.mktemp("canary-admin")
+    proc, _ = start_gateway(tmp, rules_for_tests(), engines, tenancy_env(prefix))
+    yield proc
+    proc.stop()
+
+    async def clean() -> None:
+        s = RedisStore(REDIS, prefix)
+        await s.delete_prefix()
+        await s.close()
+
+    asyncio.run(clean())
+
+
+def test_rollback_is_a_rules_rollback(admin_gw: Proc) -> None:
+    url, admin = admin_gw.url.removesuffix("/healthz"), admin_gw.admin
+    key = new_tenant(admin)[2]
+
+    def route() -> tuple[str, str]:
+        st, _, h = chat(url, key)
+        assert st == 200
+        return h["x-gateway-route"], h["x-gateway-tier"]
+
+    assert "arm=" not in route()[0]
+    _, before, _ = call(admin, "GET", "/admin/rules")
+    canary = _rules([{"tier": "standard", "weight": 1, "name": "canary"}])
+    st, _, _ = call(admin, "PUT", "/admin/rules", raw=yaml.safe_dump(canary).encode())
+    assert st == 200
+    assert until(lambda: "arm=canary" in route()[0])
+    assert route()[1] == "standard"
+    st, _, _ = call(admin, "POST", "/admin/rules/rollback", {"version": before["version"]})
+    assert st == 200
+    assert until(lambda: "arm=" not in route()[0])
+    assert route()[1] == "highspeed"
