@@ -48,11 +48,18 @@ def _msg(text: str = "hello there") -> list[dict[str, str]]:
     return [{"role": "user", "content": text}]
 
 
-def test_weights_are_honoured_over_many_users() -> None:
-    rules = parse_rules(yaml.safe_dump(_rules()))
-    arms = Counter(_decide(rules, {"messages": _msg(), "user": f"u{i}"}).arm for i in range(4000))
+@pytest.mark.parametrize("canary", [10, 5])
+def test_weights_are_honoured_over_many_users(canary: int) -> None:
+    split = [
+        {"tier": "highspeed", "weight": 100 - canary, "name": "stable"},
+        {"tier": "standard", "weight": canary, "name": "canary"},
+    ]
+    rules, n = parse_rules(yaml.safe_dump(_rules(split))), 20_000
+    arms = Counter(_decide(rules, {"messages": _msg(), "user": f"u{i}"}).arm for i in range(n))
+    share = arms["canary"] / n
+    print(f"\n{100 - canary}/{canary} split: {share:.2%} of {n} users on the canary")
     assert set(arms) == {"stable", "canary"}
-    assert 0.08 <= arms["canary"] / 4000 <= 0.12  # 10 % +- 2 points (binomial sd: 0.5)
+    assert abs(share - canary / 100) <= 0.01  # binomial sd: 0.2 points at 10 %
 
 
 def test_one_client_stays_on_one_arm() -> None:
