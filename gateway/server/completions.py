@@ -41,7 +41,7 @@ from gateway.server.exchange import Exchange
 from gateway.server.responses import JSON, error_response, request_id
 from gateway.server.state import GATEWAY, Gateway, Runtime
 from gateway.settings import Settings
-from gateway.tenancy.access import Ended, rate_headers
+from gateway.tenancy.access import rate_headers
 from gateway.tenancy.limits import NO_RESERVE, Reserve
 from gateway.upstream.transport import AttemptError
 
@@ -249,8 +249,7 @@ def _account(gw: Gateway, ex: Exchange) -> asyncio.Task[None] | None:
     if slot is None or eff is None or eff.tenant_id is None:
         return None
     reason = ex.trail.fallback_kind if ex.trail is not None else ex.error
-    hold = ex.admission.hold if ex.admission is not None else None
-    return gw.spawn(gw.access.done(eff, slot, Ended(ex.tier, ex.usage, reason, ex.cost, hold)))
+    return gw.spawn(gw.access.done(eff, slot, ex.tier, ex.usage, reason, ex.cost))
 
 
 async def read_body(request: web.Request, settings: Settings) -> bytes:

@@ -31,7 +31,6 @@ from gateway.server.completions import read_body
 from gateway.server.exchange import Exchange
 from gateway.server.responses import JSON, error_response, request_id
 from gateway.server.state import GATEWAY, Runtime
-from gateway.tenancy.access import Ended
 from gateway.tenancy.tenants import Effective
 from gateway.upstream.transport import AttemptError
 
@@ -51,7 +50,7 @@ async def embeddings(request: web.Request) -> web.Response:
         gw.telemetry.record(ex.record())
         eff, slot = ex.eff, ex.slot
         if slot is not None and eff is not None and eff.tenant_id is not None:
-            gw.spawn(gw.access.done(eff, slot, Ended(ex.tier, ex.usage, ex.error)))
+            gw.spawn(gw.access.done(eff, slot, ex.tier, ex.usage, ex.error))
 
 
 async def _serve(request: web.Request, rt: Runtime, ex: Exchange) -> web.Response:

@@ -35,18 +35,6 @@ class _Entry:
     at: float
 
 
-@dataclass(frozen=True, slots=True)
-class Ended:
-    """How a request ended, for accounting: the tier that answered, its usage, the
-    fallback (or error) kind, its cost in USD and what its admission held."""
-
-    tier: str
-    usage: dict[str, Any] | None
-    fallback: str | None = None
-    cost: float | None = None
-    hold: Hold | None = None
-
-
 class Access:
     def __init__(self, store: Store | None, secret: bytes, required: bool, ttl: float):
         self.store = store
@@ -56,6 +44,7 @@ class Access:
         self._cache: dict[str, _Entry] = {}
         self._unknown: dict[str, float] = {}  # digests recently not found
         self._local = LocalLimiter()
+        self._holds: dict[str, Hold] = {}  # admission id -> what it reserved, until done()
         self.degraded = False  # the store is unreachable right now
 
     def digest(self, key: str) -> str:
@@ -139,12 +128,23 @@ class Access:
                 adm = dataclasses.replace(adm, hold=dataclasses.replace(adm.hold, local=True))
         if not adm.ok:
             raise _denied(adm)
+        if adm.hold is not None:
+            self._holds[rid] = adm.hold
         return adm
 
-    async def done(self, eff: Effective, rid: str, end: Ended) -> None:
+    async def done(
+        self,
+        eff: Effective,
+        rid: str,
+        tier: str,
+        usage: dict[str, Any] | None,
+        fallback: str | None,
+        cost: float | None = None,
+    ) -> None:
         """After the answer (off the critical path): free the slot, count the usage and
-        settle what the admission held (``end.hold``), cancelled requests included."""
-        tier, usage, fallback, cost, hold = end.tier, end.usage, end.fallback, end.cost, end.hold
+        settle what the admission reserved, in the same atomic call (cancelled requests
+        included)."""
+        hold = self._holds.pop(rid, None)
         if eff.tenant_id is None or self.store is None:
             return
         prompt = int((usage or {}).get("prompt_tokens") or 0)
