@@ -147,13 +147,12 @@ class Access:
         hold = self._holds.pop(rid, None)
         if eff.tenant_id is None or self.store is None:
             return
+        if hold is not None and hold.local:  # held by this replica: given back here
+            self._local.debit(eff.tenant_id, 0, eff.policy, 0, hold)
+            hold = None
         prompt = int((usage or {}).get("prompt_tokens") or 0)
         completion = int((usage or {}).get("completion_tokens") or 0)
         micro = round((cost or 0.0) * 1e6)  # counted in micro-USD: integers, atomic in Redis
-        if hold is not None and hold.local:  # held by this replica: given back here
-            self._local.release(eff.tenant_id, rid)
-            self._local.debit(eff.tenant_id, 0, eff.policy, 0, hold)
-            hold = None
         try:
             if eff.policy.max_concurrent_requests:
                 await self.store.release(eff.tenant_id, rid)
@@ -161,7 +160,7 @@ class Access:
             await self.store.record_usage(eff.tenant_id, used, eff.policy, hold)
         except StoreUnavailable:
             self._local.release(eff.tenant_id, rid)
-            self._local.debit(eff.tenant_id, prompt + completion, eff.policy, micro)
+            self._local.debit(eff.tenant_id, prompt + completion, eff.policy, micro_usd=micro)
 
 
 def _denied(adm: Admission) -> RateLimited:
