@@ -13,10 +13,9 @@ answers 500, and the cache heals by itself when Redis returns.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gateway.errors import RateLimited, ServiceUnavailable, Unauthorized
@@ -125,7 +124,7 @@ class Access:
                 raise ServiceUnavailable("The policy store is unreachable.") from None
             adm = self._local.admit(eff.tenant_id, rid, p, want=want)  # this replica's limits
             if adm.hold is not None:  # settled where it was held, whatever the store does
-                adm = dataclasses.replace(adm, hold=dataclasses.replace(adm.hold, local=True))
+                adm = replace(adm, hold=replace(adm.hold, local=True))
         if not adm.ok:
             raise _denied(adm)
         if adm.hold is not None:
