@@ -85,6 +85,9 @@ class Settings(BaseSettings):
         default=30.0, gt=0, le=3600, description="a request body must arrive within this"
     )
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024, le=512 * 1024 * 1024)
+    reserve_max_tokens: int = Field(
+        default=4096, ge=1, description="reserved against a budget when a request has no max_tokens"
+    )
     # tier/pool name (lower case) -> base URLs; filled from GATEWAY_POOL_<NAME>_URLS
     pool_urls: dict[str, tuple[str, ...]] = Field(default_factory=dict)
     # tier name (lower case) -> model name sent to its engines; GATEWAY_POOL_<NAME>_MODEL

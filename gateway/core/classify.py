@@ -33,6 +33,7 @@ from gateway.errors import InvalidField, ModelNotFound
 H_TASK = "x-gateway-task"
 H_SLA = "x-gateway-sla"
 H_TIER = "x-gateway-tier"
+H_SESSION = "x-session-id"  # keeps a client on one arm of a canary split
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +51,8 @@ class Classification:
     headers: tuple[tuple[str, str], ...] = ()  # only the headers that rules test
     max_tokens: int | None = None  # as the client set it
     scores: tuple[tuple[str, float], ...] = ()  # the model's top classes, when it was asked
+    sticky: str = ""  # canary stickiness: "session:<x-session-id>" | "user:<user>" | ""
+    affinity: int = 0  # the prompt head's hash: the stickiness of last resort
 
     def header(self, name: str) -> str | None:
         for k, v in self.headers:
@@ -59,6 +62,15 @@ class Classification:
 
     def describe(self) -> str:
         return f"task={self.task}({self.task_source}) sla={self.sla}({self.sla_source})"
+
+
+def _sticky(req: ClientRequest, headers: Mapping[str, str]) -> str:
+    """Who a canary split keeps on one arm: the session header, else the body's ``user``."""
+    session = headers.get(H_SESSION)
+    if session:
+        return "session:" + session
+    user = req.body.get("user")
+    return "user:" + user if isinstance(user, str) and user else ""
 
 
 def _lower(items: tuple[str, ...]) -> tuple[str, ...]:
@@ -172,6 +184,8 @@ class Classifier:
             hdrs,
             req.max_tokens,
             scores,
+            _sticky(req, headers),
+            req.affinity,
         )
 
     def _tier_hint(self, model: str, header: str | None) -> tuple[str | None, str | None]:

@@ -11,6 +11,7 @@ without trying is worse than a probe.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
@@ -32,6 +33,7 @@ class RouteDecision:
     hold_back: bool = False  # streams: hold the first tokens back while early checks run
     on_last_failure: str = "deliver"  # the last tier failed a check: "deliver" or "error"
     hedge_after: float | str | None = None  # seconds without a first token, or "auto"
+    arm: str | None = None  # the canary arm of a split rule (the metrics' "arm" label)
 
     @property
     def route_header(self) -> str:
@@ -76,22 +78,25 @@ class Router:
         self._rules = rules
         self._ordered: tuple[Rule, ...] = rules.rules
 
+    def _match(self, c: Classification, eff: Effective) -> tuple[Route, str]:
+        """The first rule (the tenant's, then the global ones) whose ``when`` matches."""
+        for r in (*(eff.policy.rules or ()), *self._ordered):
+            if matches(r.when, c):
+                return r, r.name
+        return self._rules.default, "default"
+
     def decide(
         self, c: Classification, healthy: Mapping[str, bool], eff: Effective = OPEN
     ) -> RouteDecision:
         p = eff.policy
         if p.default_sla is not None and c.sla_source == "task":
             c = replace(c, sla=p.default_sla, sla_source=eff.who("default_sla"))
-        rule: Route = self._rules.default
-        name = "default"
-        for r in (*(p.rules or ()), *self._ordered):
-            if matches(r.when, c):
-                rule, name = r, r.name
-                break
+        rule, name = self._match(c, eff)
         if rule.sla is not None and c.sla_source == "task":
             c = replace(c, sla=rule.sla, sla_source=f"rule {name}")
-        chain = (rule.tier, *(t for t in rule.fallback if t != rule.tier))
-        why = [f"tier={rule.tier}"]
+        first, arm = pick_arm(rule, name, c, eff) if rule.split else (rule.tier, None)
+        chain = (first, *(t for t in rule.fallback if t != first))
+        why = [f"tier={first}" + (f" arm={arm}" if arm is not None else "")]
         hint, hint_by = c.tier_hint, c.hint_source
         if p.forced_tier is not None:
             hint, hint_by = p.forced_tier, f"forced_tier ({eff.who('forced_tier')})"
@@ -134,7 +139,23 @@ class Router:
             rule.hold_back,
             rule.on_last_failure,
             rule.hedge_after,
+            arm,
         )
+
+
+def pick_arm(rule: Route, name: str, c: Classification, eff: Effective) -> tuple[str, str]:
+    """The arm of ``rule``'s split for this client, by weight: a hash of the rule and the
+    client's sticky key (session header, body ``user``, API key, else the prompt's head),
+    so one client stays on one arm, on every gateway replica, until the weights change."""
+    who = c.sticky or (f"key:{eff.key_id}" if eff.key_id else f"prompt:{c.affinity}")
+    h = hashlib.blake2b(f"{name}\0{who}".encode(), digest_size=8).digest()
+    point = int.from_bytes(h, "big") / 2**64 * sum(a.weight for a in rule.split)
+    for arm in rule.split:
+        point -= arm.weight
+        if point < 0:
+            return arm.tier, arm.label
+    last = rule.split[-1]
+    return last.tier, last.label
 
 
 def _checks(checks: tuple[str, ...], eff: Effective) -> tuple[str, ...]:

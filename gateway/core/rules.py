@@ -244,8 +244,29 @@ class When(_Strict):
     )
 
 
+class Arm(_Strict):
+    """One arm of a canary split: a share of the rule's traffic sent to ``tier`` first."""
+
+    tier: str
+    weight: float = Field(gt=0, description="relative share of the rule's traffic")
+    name: str | None = Field(
+        default=None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$"
+    )
+
+    @property
+    def label(self) -> str:
+        """The arm's name in x-gateway-route, explain and the metrics (default: its tier)."""
+        return self.name or self.tier
+
+
 class Route(_Strict):
     tier: str
+    split: tuple[Arm, ...] = Field(
+        default=(),
+        description="canary: share the traffic by weight between arms (tiers), sticky per "
+        "x-session-id header, else the body's user, else the API key, else the prompt; "
+        "the chosen arm's tier replaces ``tier`` (the fallbacks stay)",
+    )
     sla: str | None = Field(
         default=None,
         description="SLA class of the requests this rule takes, unless a header or the "
@@ -354,6 +375,20 @@ def _loc(loc: Iterable[int | str]) -> str:
     return out or "<root>"
 
 
+def _split_errors(path: str, rt: Route, r: Rules) -> list[str]:
+    errs: list[str] = []
+    labels: set[str] = set()
+    for i, arm in enumerate(rt.split):
+        if arm.tier not in r.tiers:
+            errs.append(
+                f"{path}.split[{i}].tier: unknown tier {arm.tier!r} (tiers: {', '.join(r.tiers)})"
+            )
+        if arm.label in labels:
+            errs.append(f"{path}.split[{i}]: duplicate arm {arm.label!r} (name the arms)")
+        labels.add(arm.label)
+    return errs
+
+
 def cross_check(r: Rules) -> list[str]:
     errs: list[str] = []
 
@@ -371,6 +406,7 @@ def cross_check(r: Rules) -> list[str]:
 
     def route(path: str, rt: Route) -> None:
         tier(f"{path}.tier", rt.tier)
+        errs.extend(_split_errors(path, rt, r))
         if rt.sla is not None:
             sla(f"{path}.sla", rt.sla)
         for i, t in enumerate(rt.fallback):

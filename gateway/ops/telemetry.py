@@ -56,6 +56,7 @@ M_SHADOW_FAIL = "gateway_shadow_failures"
 M_COST = "gateway_cost_usd"  # Prometheus: gateway_cost_usd_total
 
 A_TIER, A_TASK, A_SLA, A_TENANT = "tier", "task", "sla", "tenant"
+A_ARM = "arm"  # the canary arm of a split rule ("none" outside a split)
 A_STATUS, A_STREAM, A_REASON, A_CHECK = "status", "stream", "reason", "check"
 A_DIRECTION, A_OUTCOME, A_KIND = "direction", "outcome", "kind"
 
@@ -115,7 +116,7 @@ _SLICE_S = 0.001  # the flusher yields to the event loop at least this often
 access_log = logging.getLogger("gateway.access")
 _NO_SPAN: AbstractContextManager[trace.Span] = contextlib.nullcontext(trace.INVALID_SPAN)
 _Sums = dict[tuple[Any, tuple[tuple[str, str], ...]], float]
-_BASE = (A_TIER, A_TASK, A_SLA, A_TENANT)
+_BASE = (A_TIER, A_TASK, A_SLA, A_TENANT, A_ARM)
 
 
 @dataclass(slots=True)
@@ -138,6 +139,7 @@ class RequestRecord:
     ok_attempt_s: float | None = None
     error_code: str | None = None
     cost_usd: float | None = None
+    arm: str = "none"
 
 
 class Telemetry:
@@ -273,8 +275,9 @@ class Telemetry:
             (A_TASK, r.task),
             (A_SLA, r.sla),
             (A_TENANT, self._tenant(r.tenant)),
+            (A_ARM, r.arm),
         )
-        key = (r.tier, r.task, r.sla, base[3][1])
+        key = (r.tier, r.task, r.sla, base[3][1], r.arm)
         stream = str(r.stream).lower()
         count(self.requests, 1, *base, (A_STATUS, str(r.status)), (A_STREAM, stream))
         if r.status >= 400 or r.error_code:
@@ -375,6 +378,8 @@ def _access_fields(r: RequestRecord) -> dict[str, Any]:
     }
     if r.tenant:
         out["tenant"] = r.tenant
+    if r.arm != "none":
+        out["arm"] = r.arm
     if r.ttft_s is not None:
         out["ttft_ms"] = round(r.ttft_s * 1000, 3)
     if r.failures:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import time
 import zlib
@@ -20,6 +21,7 @@ from aiohttp import web
 from opentelemetry import trace
 
 from gateway.core.request import ClientRequest, parse_chat, parse_completion
+from gateway.core.router import RouteDecision
 from gateway.dispatch.outcome import Outcome
 from gateway.dispatch.relay import Sink, StreamRelay
 from gateway.errors import (
@@ -40,6 +42,7 @@ from gateway.server.responses import JSON, error_response, request_id
 from gateway.server.state import GATEWAY, Gateway, Runtime
 from gateway.settings import Settings
 from gateway.tenancy.access import rate_headers
+from gateway.tenancy.limits import NO_RESERVE, Reserve
 from gateway.upstream.transport import AttemptError
 
 log = logging.getLogger("gateway.server")
@@ -95,7 +98,8 @@ async def _serve(
             rt.classifier.classify(req, request.headers), rt.pools.health(), eff
         )
         slot = "adm_" + os.urandom(8).hex()  # the in-flight member: ours, never the client's
-        ex.admission = await gw.access.admit(eff, slot)
+        want = _worst_case(rt, d, req, gw.settings) if eff.policy.has_budget else NO_RESERVE
+        ex.admission = await gw.access.admit(eff, slot, want)
         ex.slot = slot
         call = rt.dispatcher.call(req, d, time.monotonic() + d.deadline)
         if req.stream:
@@ -114,10 +118,21 @@ async def _serve(
         ex.status, ex.error = (499, "client_closed") if _cancelled(e) else (500, "internal_error")
         _account(gw, ex)
         raise
-    resp = _answer(gw, rt, ex, req, out)
+    resp = await _answer(gw, rt, ex, req, out)
     if wire is not None:
         resp.body = wire.answer(out.body)
     return resp
+
+
+def _worst_case(rt: Runtime, d: RouteDecision, req: ClientRequest, settings: Settings) -> Reserve:
+    """What the request may use at most: its prompt and ``max_tokens`` (or the configured
+    default) for each choice, at the dearest tier of its chain."""
+    c = d.cls
+    n = req.body.get("n")
+    out = (c.max_tokens or settings.reserve_max_tokens) * (n if isinstance(n, int) and n > 1 else 1)
+    usage = {"prompt_tokens": c.prompt_tokens, "completion_tokens": out}
+    usd = max((rt.pools[t].cost(usage) or 0.0 for t in d.tiers if t in rt.pools), default=0.0)
+    return Reserve(c.prompt_tokens + out, math.ceil(usd * 1e6))
 
 
 def _cancelled(e: BaseException) -> bool:
@@ -135,7 +150,7 @@ def _failed(gw: Gateway, ex: Exchange, e: GatewayError) -> web.Response:
     return error_response(e, ex.rid, extra)
 
 
-def _answer(
+async def _answer(
     gw: Gateway, rt: Runtime, ex: Exchange, req: ClientRequest, out: Outcome
 ) -> web.Response:
     ex.trail, ex.tier = out.trail, out.tier
@@ -151,7 +166,11 @@ def _answer(
     headers[H_REQUEST_ID] = ex.rid
     if ex.admission is not None and ex.eff is not None and ex.eff.tenant_id is not None:
         headers.update(rate_headers(ex.admission))
-    _account(gw, ex)
+    settling = _account(gw, ex)
+    if settling is not None and ex.admission is not None and ex.admission.hold is not None:
+        # settled before the answer leaves: the client's next request sees its real usage,
+        # not this one's reservation (bounded: the store's calls time out)
+        await asyncio.wait({settling}, timeout=4 * gw.settings.redis_timeout)
     return web.Response(body=out.body, content_type=JSON, headers=headers)
 
 
@@ -182,6 +201,9 @@ async def _relay(
         await _drive(relay, resp if wire is None else wire.sink(resp), ex)
     finally:
         ex.tier, ex.usage, ex.cost = relay.tier, relay.usage(), relay.cost()
+        if not ex.usage.get("prompt_tokens"):  # cut short before the engine said: estimate
+            ex.usage = {**ex.usage, "prompt_tokens": relay.call.req.prompt_tokens}
+            ex.cost = rt.pools[ex.tier].cost(ex.usage) if ex.tier in rt.pools else ex.cost
         if relay.broken:
             ex.error = "stream_broken"
         else:
@@ -224,13 +246,15 @@ def _maybe_shadow(
         )
 
 
-def _account(gw: Gateway, ex: Exchange) -> None:
-    """Free the concurrency slot and count the usage, after the answer (tenants only)."""
+def _account(gw: Gateway, ex: Exchange) -> asyncio.Task[None] | None:
+    """Free the concurrency slot, count the usage and settle the budget hold (tenants
+    only), in a task of its own."""
     eff, slot = ex.eff, ex.slot
     ex.slot = None  # once: every exit path calls this
-    if slot is not None and eff is not None and eff.tenant_id is not None:
-        reason = ex.trail.fallback_kind if ex.trail is not None else ex.error
-        gw.spawn(gw.access.done(eff, slot, ex.tier, ex.usage, reason, ex.cost))
+    if slot is None or eff is None or eff.tenant_id is None:
+        return None
+    reason = ex.trail.fallback_kind if ex.trail is not None else ex.error
+    return gw.spawn(gw.access.done(eff, slot, ex.tier, ex.usage, reason, ex.cost))
 
 
 async def read_body(request: web.Request, settings: Settings) -> bytes:

@@ -108,6 +108,7 @@ class Exchange:
             t.ok_attempt_s if t else None,
             self.error,
             self.cost,
+            (d.arm or "none") if d else "none",
         )
 
     def annotate(self, span: trace.Span) -> None:
@@ -117,6 +118,8 @@ class Exchange:
             attrs[A_TASK] = self.d.cls.task
             attrs[A_SLA] = self.d.cls.sla
             attrs["gateway.rule"] = self.d.rule
+            if self.d.arm is not None:
+                attrs["gateway.arm"] = self.d.arm
         if self.eff is not None and self.eff.tenant_id:
             attrs[A_TENANT] = self.eff.tenant_id
         if self.trail is not None and self.trail.failures:

@@ -122,11 +122,12 @@ class Gateway:
                 models_body=_models_body(rt.rules, served),
             )
 
-    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """Run a background task (usage accounting, cleanups) that is awaited at shutdown."""
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def start(self, rules_path: Path, rules_text: str) -> None:
         tiers = self.runtime.rules.tiers.values()

@@ -16,11 +16,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gateway.errors import RateLimited, ServiceUnavailable, Unauthorized
-from gateway.tenancy.limits import ALLOW, Admission, LocalLimiter
+from gateway.tenancy.limits import ALLOW, NO_RESERVE, Admission, Hold, LocalLimiter, Reserve
 from gateway.tenancy.store import Store, StoreUnavailable, Used
 from gateway.tenancy.tenants import OPEN, Effective, effective_policy, key_digest
 
@@ -45,6 +45,7 @@ class Access:
         self._cache: dict[str, _Entry] = {}
         self._unknown: dict[str, float] = {}  # digests recently not found
         self._local = LocalLimiter()
+        self._holds: dict[str, Hold] = {}  # admission id -> what it reserved, until done()
         self.degraded = False  # the store is unreachable right now
 
     def digest(self, key: str) -> str:
@@ -106,7 +107,9 @@ class Access:
         self._cache[digest] = _Entry(eff, now)
         return eff
 
-    async def admit(self, eff: Effective, rid: str) -> Admission:
+    async def admit(self, eff: Effective, rid: str, want: Reserve = NO_RESERVE) -> Admission:
+        """Admit a request (or raise 429), reserving ``want`` against the tenant's budgets;
+        :meth:`done` settles it with the admission's ``hold``."""
         p = eff.policy
         if eff.tenant_id is None or not (
             p.requests_per_minute
@@ -118,15 +121,19 @@ class Access:
             return ALLOW
         assert self.store is not None
         try:
-            adm = await self.store.admit(eff.tenant_id, rid, p)
+            adm = await self.store.admit(eff.tenant_id, rid, p, want)
             self.degraded = False
         except StoreUnavailable:
             self.degraded = True
             if p.fail_closed:
                 raise ServiceUnavailable("The policy store is unreachable.") from None
-            adm = self._local.admit(eff.tenant_id, rid, p)  # per-replica limits meanwhile
+            adm = self._local.admit(eff.tenant_id, rid, p, want=want)  # this replica's limits
+            if adm.hold is not None:  # settled where it was held, whatever the store does
+                adm = replace(adm, hold=replace(adm.hold, local=True))
         if not adm.ok:
             raise _denied(adm)
+        if adm.hold is not None:
+            self._holds[rid] = adm.hold
         return adm
 
     async def done(
@@ -138,9 +145,15 @@ class Access:
         fallback: str | None,
         cost: float | None = None,
     ) -> None:
-        """After the answer (off the critical path): free the slot, count the usage."""
+        """After the answer (off the critical path): free the slot, count the usage and
+        settle what the admission reserved, in the same atomic call (cancelled requests
+        included)."""
+        hold = self._holds.pop(rid, None)
         if eff.tenant_id is None or self.store is None:
             return
+        if hold is not None and hold.local:  # held by this replica: given back here
+            self._local.debit(eff.tenant_id, 0, eff.policy, 0, hold)
+            hold = None
         prompt = int((usage or {}).get("prompt_tokens") or 0)
         completion = int((usage or {}).get("completion_tokens") or 0)
         micro = round((cost or 0.0) * 1e6)  # counted in micro-USD: integers, atomic in Redis
@@ -148,7 +161,7 @@ class Access:
             await self.release(eff.tenant_id, rid)
         try:
             used = Used(tier, prompt, completion, fallback, micro)
-            await self.store.record_usage(eff.tenant_id, used, eff.policy)
+            await self.store.record_usage(eff.tenant_id, used, eff.policy, hold)
         except StoreUnavailable:
             self._local.debit(eff.tenant_id, prompt + completion, eff.policy, micro_usd=micro)
 

@@ -5,7 +5,12 @@ refilled continuously); a request needs one request token, and the tokens bucket
 not be empty (actual usage is debited when the answer is known, so a big answer makes
 the next requests wait). Concurrency is a set of in-flight request ids with an expiry,
 so a replica that dies cannot leak slots. Budgets compare the period's counter to the
-budget.
+budget, and the counter holds the reservations of the requests still running: admission
+adds a request's worst case (:class:`Reserve`: its prompt plus ``max_tokens``, at the
+dearest tier it may use) and the end of the request settles it (:class:`Hold`), replacing
+the reservation by what it really used. A request is admitted while the counter is below
+the budget, so any number of gateway replicas together overspend by one reservation at
+most (the last one admitted).
 
 :data:`ADMIT_LUA` does all of it atomically in Redis in one round trip;
 :class:`LocalLimiter` does the same in process (the in-memory store, and the
@@ -25,6 +30,30 @@ SLOT_TTL_MS = 15 * 60 * 1000  # an in-flight slot nobody released expires after 
 
 
 @dataclass(frozen=True, slots=True)
+class Reserve:
+    """A request's worst case, reserved against its tenant's budgets at admission."""
+
+    tokens: int = 0
+    micro_usd: int = 0
+
+
+NO_RESERVE = Reserve()
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """What an admission reserved, and in which budget periods (settled at the end even
+    when the period has turned). ``local``: held by this replica's own limiter (the
+    store was unreachable at admission)."""
+
+    tokens: int
+    micro_usd: int
+    token_period: str
+    cost_period: str
+    local: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Admission:
     ok: bool
     denied: Denied | None = None
@@ -33,6 +62,23 @@ class Admission:
     remaining_requests: int | None = None
     limit_tokens: int | None = None
     remaining_tokens: int | None = None
+    hold: Hold | None = None  # reserved against the budgets; settled by the usage debit
+
+
+def hold_for(p: Policy, want: Reserve, now: float) -> Hold | None:
+    """The part of ``want`` that ``p``'s budgets reserve (None: nothing to reserve)."""
+    tokens = want.tokens if p.token_budget is not None else 0
+    micro = want.micro_usd if p.cost_budget is not None else 0
+    if not (tokens or micro):
+        return None
+    tp = budget_period(p.token_budget.period if p.token_budget else "day", now)
+    cp = budget_period(p.cost_budget.period if p.cost_budget else "day", now)
+    return Hold(tokens, micro, tp, cp)
+
+
+def period_ttl(period: str) -> int:
+    """Seconds a budget counter of this period is kept (a day's: 2 days; a month's: 40)."""
+    return 2 * 86400 if len(period) == 8 else 40 * 86400
 
 
 ALLOW = Admission(True)
@@ -44,7 +90,8 @@ def budget_period(period: str, now: float) -> str:
 
 
 # KEYS: rpm bucket, tpm bucket, concurrency zset, budget counter, cost counter (micro-USD)
-# ARGV: now_ms, rpm, tpm, max_conc, budget, request id, slot ttl, cost budget (0 = no limit)
+# ARGV: now_ms, rpm, tpm, max_conc, budget, request id, slot ttl, cost budget (0 = no limit),
+#       tokens to reserve, micro-USD to reserve, budget counter ttl s, cost counter ttl s
 ADMIT_LUA = """
 local now = tonumber(ARGV[1])
 local rpm, tpm = tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -93,11 +140,22 @@ if tpm > 0 then
   redis.call('HSET', KEYS[2], 't', tt, 'ts', now)
   redis.call('PEXPIRE', KEYS[2], 120000)
 end
+local want_t, want_m = tonumber(ARGV[9] or '0'), tonumber(ARGV[10] or '0')
+if budget > 0 and want_t > 0 then
+  redis.call('INCRBY', KEYS[4], want_t)
+  redis.call('EXPIRE', KEYS[4], tonumber(ARGV[11]))
+end
+if cost_budget > 0 and want_m > 0 then
+  redis.call('INCRBY', KEYS[5], want_m)
+  redis.call('EXPIRE', KEYS[5], tonumber(ARGV[12]))
+end
 return {1, '', 0, math.floor(rt), math.floor(tt)}
 """
 
-# KEYS: tpm bucket, budget counter, cost counter
-# ARGV: now_ms, tpm, tokens, budget ttl seconds, micro-USD, cost counter ttl seconds
+# KEYS: tpm bucket, budget counter, cost counter, the held budget and cost counters
+# ARGV: now_ms, tpm, tokens, budget ttl seconds, micro-USD, cost counter ttl seconds,
+#       tokens held, micro-USD held (given back to the held counters, which may be of an
+#       earlier period; one that expired meanwhile has nothing to give back)
 DEBIT_LUA = """
 local now, tpm, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 if tpm > 0 then
@@ -114,6 +172,13 @@ local micro = tonumber(ARGV[5] or '0')
 if micro > 0 then
   redis.call('INCRBY', KEYS[3], micro)
   redis.call('EXPIRE', KEYS[3], tonumber(ARGV[6]))
+end
+local held_t, held_m = tonumber(ARGV[7] or '0'), tonumber(ARGV[8] or '0')
+if held_t > 0 and redis.call('EXISTS', KEYS[4]) == 1 then
+  redis.call('DECRBY', KEYS[4], held_t)
+end
+if held_m > 0 and redis.call('EXISTS', KEYS[5]) == 1 then
+  redis.call('DECRBY', KEYS[5], held_m)
 end
 return 1
 """
@@ -156,7 +221,14 @@ class LocalLimiter:
         self._used: dict[str, int] = {}  # budget counters: "tenant:period" -> tokens
         self._spent: dict[str, int] = {}  # cost counters: "tenant:period" -> micro-USD
 
-    def admit(self, tenant: str, rid: str, p: Policy, now: float | None = None) -> Admission:
+    def admit(
+        self,
+        tenant: str,
+        rid: str,
+        p: Policy,
+        now: float | None = None,
+        want: Reserve = NO_RESERVE,
+    ) -> Admission:
         now = time.time() if now is None else now
         if p.token_budget is not None:
             key = f"{tenant}:{budget_period(p.token_budget.period, now)}"
@@ -196,15 +268,36 @@ class LocalLimiter:
             None if rt is None else int(rt - 1),
             p.tokens_per_minute,
             None if tt is None else int(tt),
+            self._reserve(tenant, p, want, now),
         )
+
+    def _reserve(self, tenant: str, p: Policy, want: Reserve, now: float) -> Hold | None:
+        hold = hold_for(p, want, now)
+        if hold is not None:
+            tk, ck = f"{tenant}:{hold.token_period}", f"{tenant}:{hold.cost_period}"
+            self._used[tk] = self._used.get(tk, 0) + hold.tokens
+            self._spent[ck] = self._spent.get(ck, 0) + hold.micro_usd
+        return hold
 
     def release(self, tenant: str, rid: str) -> None:
         self._inflight.get(tenant, {}).pop(rid, None)
 
     def debit(
-        self, tenant: str, tokens: int, p: Policy, now: float | None = None, micro_usd: int = 0
+        self,
+        tenant: str,
+        tokens: int,
+        p: Policy,
+        micro_usd: int = 0,
+        hold: Hold | None = None,
     ) -> None:
-        now = time.time() if now is None else now
+        """Count what a request used; give back what its admission held (``hold``)."""
+        now = time.time()
+        if hold is not None:
+            tk, ck = f"{tenant}:{hold.token_period}", f"{tenant}:{hold.cost_period}"
+            if tk in self._used:
+                self._used[tk] -= hold.tokens
+            if ck in self._spent:
+                self._spent[ck] -= hold.micro_usd
         if p.tokens_per_minute:
             cap = p.tokens_per_minute
             b = self._tpm.setdefault(tenant, _Bucket(cap, now))

@@ -7,7 +7,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from gateway.tenancy.limits import Admission, LocalLimiter
+from gateway.tenancy.limits import NO_RESERVE, Admission, Hold, LocalLimiter, Reserve
 from gateway.tenancy.store import AUDIT_MAX, SHADOW_MAX, Used, today, usage_fields
 from gateway.tenancy.tenants import ApiKey, Policy, Tenant
 
@@ -84,8 +84,10 @@ class MemoryStore:
             self._by_digest.pop(k.digest, None)
         return k
 
-    async def admit(self, tenant_id: str, rid: str, p: Policy) -> Admission:
-        return self._limiter.admit(tenant_id, rid, p)
+    async def admit(
+        self, tenant_id: str, rid: str, p: Policy, want: Reserve = NO_RESERVE
+    ) -> Admission:
+        return self._limiter.admit(tenant_id, rid, p, want=want)
 
     async def release(self, tenant_id: str, rid: str) -> None:
         self._limiter.release(tenant_id, rid)
@@ -95,11 +97,12 @@ class MemoryStore:
         tenant_id: str,
         used: Used,
         p: Policy,
+        hold: Hold | None = None,
     ) -> None:
         u = self._usage.setdefault((tenant_id, today()), {})
         for k, n in usage_fields(used):
             u[k] = u.get(k, 0) + n
-        self._limiter.debit(tenant_id, used.tokens, p, micro_usd=used.micro_usd)
+        self._limiter.debit(tenant_id, used.tokens, p, used.micro_usd, hold)
 
     async def usage(self, tenant_id: str, day: str | None = None) -> dict[str, int]:
         return dict(self._usage.get((tenant_id, day or today()), {}))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -16,10 +17,15 @@ import orjson
 from gateway.tenancy.limits import (
     ADMIT_LUA,
     DEBIT_LUA,
+    NO_RESERVE,
     SLOT_TTL_MS,
     Admission,
+    Hold,
+    Reserve,
     admission_from_lua,
     budget_period,
+    hold_for,
+    period_ttl,
 )
 from gateway.tenancy.store import (
     AUDIT_MAX,
@@ -190,19 +196,19 @@ class RedisStore:
         return k
 
     # -- limits and usage -------------------------------------------------------------------
-    async def admit(self, tenant_id: str, rid: str, p: Policy) -> Admission:
+    async def admit(
+        self, tenant_id: str, rid: str, p: Policy, want: Reserve = NO_RESERVE
+    ) -> Admission:
         now = time.time()
-        budget_key = self._t(
-            tenant_id,
-            "budget:" + budget_period(p.token_budget.period if p.token_budget else "day", now),
-        )
-        cost_period = p.cost_budget.period if p.cost_budget else "day"
+        hold = hold_for(p, want, now)
+        tp = budget_period(p.token_budget.period if p.token_budget else "day", now)
+        cp = budget_period(p.cost_budget.period if p.cost_budget else "day", now)
         keys = [
             self._t(tenant_id, "rpm"),
             self._t(tenant_id, "tpm"),
             self._t(tenant_id, "inflight"),
-            budget_key,
-            self._t(tenant_id, "cost:" + budget_period(cost_period, now)),
+            self._t(tenant_id, "budget:" + tp),
+            self._t(tenant_id, "cost:" + cp),
         ]
         args: list[str | int] = [
             int(now * 1000),
@@ -213,9 +219,14 @@ class RedisStore:
             rid,
             SLOT_TTL_MS,
             round(p.cost_budget.usd * 1e6) if p.cost_budget else 0,
+            hold.tokens if hold else 0,
+            hold.micro_usd if hold else 0,
+            period_ttl(tp),
+            period_ttl(cp),
         ]
         res = await self._call(self._admit(keys=keys, args=args))
-        return admission_from_lua(res, p)
+        adm = admission_from_lua(res, p)
+        return dataclasses.replace(adm, hold=hold) if adm.ok and hold is not None else adm
 
     async def release(self, tenant_id: str, rid: str) -> None:
         await self._call(self._r.zrem(self._t(tenant_id, "inflight"), rid))
@@ -225,34 +236,36 @@ class RedisStore:
         tenant_id: str,
         used: Used,
         p: Policy,
+        hold: Hold | None = None,
     ) -> None:
+        """Count the usage and settle the admission's hold, in one atomic script."""
         now = time.time()
-        period = p.token_budget.period if p.token_budget else "day"
-        cost_period = p.cost_budget.period if p.cost_budget else "day"
+        tp = budget_period(p.token_budget.period if p.token_budget else "day", now)
+        cp = budget_period(p.cost_budget.period if p.cost_budget else "day", now)
         pipe = self._r.pipeline(transaction=False)
         ukey = self._t(tenant_id, "usage:" + today())
         for k, n in usage_fields(used):
             pipe.hincrby(ukey, k, n)
         pipe.expire(ukey, 40 * 86400)
         await self._call(pipe.execute())
-        ttl = 2 * 86400 if period == "day" else 40 * 86400
-        await self._call(
-            self._debit(
-                keys=[
-                    self._t(tenant_id, "tpm"),
-                    self._t(tenant_id, "budget:" + budget_period(period, now)),
-                    self._t(tenant_id, "cost:" + budget_period(cost_period, now)),
-                ],
-                args=[
-                    int(now * 1000),
-                    p.tokens_per_minute or 0,
-                    used.tokens,
-                    ttl,
-                    used.micro_usd,
-                    2 * 86400 if cost_period == "day" else 40 * 86400,
-                ],
-            )
-        )
+        keys = [
+            self._t(tenant_id, "tpm"),
+            self._t(tenant_id, "budget:" + tp),
+            self._t(tenant_id, "cost:" + cp),
+            self._t(tenant_id, "budget:" + (hold.token_period if hold else tp)),
+            self._t(tenant_id, "cost:" + (hold.cost_period if hold else cp)),
+        ]
+        args = [
+            int(now * 1000),
+            p.tokens_per_minute or 0,
+            used.tokens,
+            period_ttl(tp),
+            used.micro_usd,
+            period_ttl(cp),
+            hold.tokens if hold else 0,
+            hold.micro_usd if hold else 0,
+        ]
+        await self._call(self._debit(keys=keys, args=args))
 
     async def usage(self, tenant_id: str, day: str | None = None) -> dict[str, int]:
         raw = await self._call(self._r.hgetall(self._t(tenant_id, "usage:" + (day or today()))))

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gateway.tenancy.limits import Admission
+from gateway.tenancy.limits import NO_RESERVE, Admission, Hold, Reserve
 from gateway.tenancy.tenants import ApiKey, Policy, Tenant
 
 AUDIT_MAX = 10_000
@@ -56,13 +56,16 @@ class Store(Protocol):
     async def list_keys(self, tenant_id: str) -> list[ApiKey]: ...
     async def delete_key(self, key_id: str) -> ApiKey | None: ...
 
-    async def admit(self, tenant_id: str, rid: str, p: Policy) -> Admission: ...
+    async def admit(
+        self, tenant_id: str, rid: str, p: Policy, want: Reserve = NO_RESERVE
+    ) -> Admission: ...
     async def release(self, tenant_id: str, rid: str) -> None: ...
     async def record_usage(
         self,
         tenant_id: str,
         used: Used,
         p: Policy,
+        hold: Hold | None = None,
     ) -> None: ...
     async def usage(self, tenant_id: str, day: str | None = None) -> dict[str, int]: ...
 

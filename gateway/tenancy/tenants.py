@@ -61,6 +61,11 @@ class Policy(BaseModel):
         default=None, description="rules tried before the global ones (same schema)"
     )
 
+    @property
+    def has_budget(self) -> bool:
+        """A token or USD budget: requests reserve their worst case against it."""
+        return self.token_budget is not None or self.cost_budget is not None
+
 
 POLICY_FIELDS = tuple(Policy.model_fields)
 
