@@ -129,6 +129,15 @@ class Tier(_Strict):
         "API requests are passed through; otherwise they are translated to chat completions",
     )
     max_connections: int = Field(default=1000, ge=1, description="per replica")
+    max_concurrency: int | None = Field(
+        default=None,
+        ge=1,
+        description="requests the gateway may have in flight on one replica; beyond, they "
+        "wait in the gateway by priority and tenant fair share (unset: unlimited)",
+    )
+    max_queue: int | None = Field(
+        default=None, ge=0, description="waiters per pool before shedding (unset: unbounded)"
+    )
     keepalive: float = Field(
         default=4.0,
         gt=0,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gateway.checks.base import CheckResult
 from gateway.dispatch.budget import LatencyBook
@@ -47,10 +47,11 @@ class StreamStart:
     pool: Pool
     replica: Replica
     checks_failed: CheckResult | None = None  # the last tier failed a check, delivered anyway
+    since: float = field(default_factory=time.monotonic)  # when it took its slot
 
     def finish(self, ok: bool) -> None:
         """The stream is over: free the replica slot; an upstream fault counts against it."""
-        self.replica.in_flight -= 1
+        self.pool.release(self.replica, time.monotonic() - self.since)
         if not ok:
             self.pool.record(False)
 
@@ -64,10 +65,11 @@ class StreamOpener:
         self, call: Call, pool: Pool, body: bytes, how: Opening, trail: Trail
     ) -> StreamStart:
         """Open a stream; return it once its first token (and hold-back window) passed."""
+        rep, queued = await pool.acquire(call.ticket, call.affinity, how.until)
+        trail.queue_s += queued  # time in the queue counts against the deadline
         remaining = how.until - time.monotonic()
         ttft = min(pool.tier.timeouts.ttft, call.d.ttft_budget, remaining)
         cfg = pool.tier.stream
-        rep = pool.choose(call.affinity)
         s = StreamStart(
             _Closed(),
             b"",
@@ -80,7 +82,6 @@ class StreamOpener:
         if how.assemble:
             s.state.events = []
         t0 = time.perf_counter()
-        rep.in_flight += 1
         try:
             async with asyncio.timeout(ttft):
                 s.up = await pool.open(rep, call.path_for(pool), body, pool.limits(remaining, True))
@@ -149,7 +150,7 @@ class _Closed:
 
 
 def _abandon(s: StreamStart) -> None:
-    s.replica.in_flight -= 1
+    s.pool.release(s.replica, None)
     s.up.close()  # drop the connection: the engine stops generating
 
 

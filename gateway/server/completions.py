@@ -40,6 +40,7 @@ from gateway.server.responses import JSON, error_response, request_id
 from gateway.server.state import GATEWAY, Gateway, Runtime
 from gateway.settings import Settings
 from gateway.tenancy.access import rate_headers
+from gateway.upstream.scheduler import Ticket
 from gateway.upstream.transport import AttemptError
 
 log = logging.getLogger("gateway.server")
@@ -97,7 +98,8 @@ async def _serve(
         slot = "adm_" + os.urandom(8).hex()  # the in-flight member: ours, never the client's
         ex.admission = await gw.access.admit(eff, slot)
         ex.slot = slot
-        call = rt.dispatcher.call(req, d, time.monotonic() + d.deadline)
+        ticket = Ticket.of(eff.tenant_id, d.cls.sla, eff.policy.priority_shift or 0)
+        call = rt.dispatcher.call(req, d, time.monotonic() + d.deadline, ticket)
         if req.stream:
             ex.stream = True
             relay = await rt.dispatcher.stream(call)
