@@ -7,6 +7,7 @@
     python -m evals bench [--duration 3 --repeats 3 --targets direct,relay,gateway ...]
     python -m evals micro [--repeat 7 ...]
     python -m evals classify [--train --seed 14] [--out DIR]
+    python -m evals sched [--chats 96 --turns 4 --policies round-robin,rendezvous ...]
 
 Each command is a module with ``main(argv) -> int``; add one by adding a line to COMMANDS.
 """
@@ -24,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "checks": ("evals.checks_eval", "precision/recall/cost of each quality check, labelled set"),
     "classify": ("evals.classify", "task classifier: held-out accuracy, latency; --train"),
     "quality": ("evals.quality", "both tiers on the shipped eval set: task metrics, alignment"),
+    "sched": ("evals.sched", "prefix affinity across 2 gateway replicas: cache hits, TTFT"),
 }
 
 

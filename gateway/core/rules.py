@@ -138,6 +138,12 @@ class Tier(_Strict):
     max_queue: int | None = Field(
         default=None, ge=0, description="waiters per pool before shedding (unset: unbounded)"
     )
+    affinity_slack: float = Field(
+        default=1.0,
+        ge=0,
+        description="bounded-load affinity: a prompt prefix keeps its replica unless that one "
+        "carries more than (1 + this) x the mean load (`python -m evals sched` measures it)",
+    )
     keepalive: float = Field(
         default=4.0,
         gt=0,

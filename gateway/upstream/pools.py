@@ -4,10 +4,12 @@ The only module that knows upstream URLs. Each pool talks to its replicas throug
 :class:`~gateway.upstream.transport.Transport` (the real one is aiohttp; tests pass an
 in-memory one).
 
-Replica choice: requests that share a prompt prefix go to the same replica (so the
-engine's radix/prefix cache hits) unless that replica is clearly more loaded than the
-least loaded one (bounded-load affinity). Load is our own requests in flight plus the
-engine's queue as its ``/metrics`` last said (SGLang's ``sglang:num_queue_reqs``).
+Replica choice: rendezvous hashing of the prompt's head with bounded load, so every
+gateway replica sends a prefix to the same engine replica (its radix/prefix cache hits)
+unless that one carries more than ``1 + affinity_slack`` times the mean load; an engine
+joining or leaving moves only its share of prefixes. Load is our own requests in flight
+plus the engine's queue as its ``/metrics`` last said (SGLang's ``sglang:num_queue_reqs``).
+Before replica choice, a request takes a slot in the pool's queue (:mod:`.scheduler`).
 
 Health: a background probe per pool asks every replica's ``/health`` each
 ``health.interval`` seconds (and scrapes ``/metrics``); a replica that fails a probe,
@@ -52,7 +54,6 @@ def _base(url: str) -> str:
     return url[:-3] if url.endswith("/v1") else url
 
 
-_AFFINITY_SLACK = 0.25  # bounded load: a replica may carry (1 + this) x the mean load
 _M64 = (1 << 64) - 1
 
 
@@ -265,14 +266,16 @@ class Pool:
 
     def choose(self, affinity: int) -> Replica:
         """Rendezvous (highest random weight) hashing of the prompt's head with bounded
-        load: the highest-scoring replica whose load stays within (1 + slack) x the mean.
+        load: the highest-scoring replica whose load stays within (1 + slack) x the mean
+        (``tiers.<t>.affinity_slack``).
         Every gateway replica ranks the engines alike for a prefix, and an engine joining
         or leaving moves only the prefixes it wins or held."""
         reps = self.replicas
         if len(reps) == 1:
             return reps[0]
         live = [r for r in reps if r.up] or reps  # all down: try anyway, a probe may lag
-        bound = math.ceil((1 + _AFFINITY_SLACK) * (sum(r.load for r in live) + 1) / len(live))
+        mean = (sum(r.load for r in live) + 1) / len(live)
+        bound = math.ceil((1 + self.tier.affinity_slack) * mean)
         best, best_score = None, -1
         for r in live:
             score = _mix(affinity ^ r.seed)
