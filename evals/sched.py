@@ -341,14 +341,16 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
     except ImportError:  # pragma: no cover - the evals extra is not installed
         return
     names = [r["policy"] for r in rows]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     left.bar(names, [r["hit_rate"] * 100 for r in rows], color="tab:blue")
     left.set_ylabel("prefix-cache hit rate (%)")
+    left.tick_params(axis="x", labelrotation=25)
     x = range(len(rows))
     right.bar([i - 0.2 for i in x], [r["ttft_p50_ms"] for r in rows], 0.4, label="P50")
     right.bar([i + 0.2 for i in x], [r["ttft_p99_ms"] for r in rows], 0.4, label="P99")
     right.set_xticks(list(x), names)
     right.set_ylabel("TTFT (model ms)")
+    right.tick_params(axis="x", labelrotation=25)
     right.legend()
     fig.suptitle("2 gateway replicas, 8 engine replicas, multi-turn chats")
     fig.tight_layout()

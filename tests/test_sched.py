@@ -256,3 +256,13 @@ def test_readyz_reports_saturation(gw: Any) -> None:
     body = asyncio.run(go())
     assert body["saturated"] is True and body["saturated_tiers"]["highspeed"] is True
     assert body["after"]["saturated"] is False
+
+
+def test_evals_sched_runs_small(tmp_path: Any) -> None:
+    from evals import sched
+
+    a = sched.parse(["--out", str(tmp_path), "--chats", "8", "--turns", "2", "--repeats", "1"])
+    row = asyncio.run(sched._policy("rendezvous", a))
+    assert row["requests"] == 16 and 0 < row["hit_rate"] < 1
+    assert row["moved_when_one_leaves"] < 0.2  # only the leaver's share moves
+    assert sched._moved("modulo", 8) > 0.5
