@@ -274,12 +274,13 @@ class Pool:
         if len(reps) == 1:
             return reps[0]
         live = [r for r in reps if r.up] or reps  # all down: try anyway, a probe may lag
-        mean = (sum(r.load for r in live) + 1) / len(live)
-        bound = math.ceil((1 + self.tier.affinity_slack) * mean)
+        loads = [r.in_flight + r.queued for r in live]
+        bound = math.ceil((1 + self.tier.affinity_slack) * (sum(loads) + 1) / len(live))
         best, best_score = None, -1
-        for r in live:
-            score = _mix(affinity ^ r.seed)
-            if score > best_score and r.load + 1 <= bound:
+        for r, load in zip(live, loads, strict=True):
+            x = (affinity ^ r.seed) * 0x9E3779B97F4A7C15 & _M64  # r.seed is well mixed already
+            score = x ^ (x >> 29)
+            if score > best_score and load + 1 <= bound:
                 best, best_score = r, score
         return best or min(live, key=lambda r: r.load)
 
