@@ -266,3 +266,39 @@ def test_evals_sched_runs_small(tmp_path: Any) -> None:
     assert row["requests"] == 16 and 0 < row["hit_rate"] < 1
     assert row["moved_when_one_leaves"] < 0.2  # only the leaver's share moves
     assert sched._moved("modulo", 8) > 0.5
+
+
+def test_clients_that_leave_while_queued_leave_the_queue(gw: Any) -> None:
+    from tests.test_tenancy import ADMIN
+
+    proc, url = gw
+    _, _, key = new_tenant(proc.admin)
+    headers = {"Authorization": f"Bearer {key}", "x-gateway-sla": "batch"}
+
+    async def go() -> tuple[list[Any], int, str]:
+        body = {"model": "auto", "messages": [{"role": "user", "content": "x"}]}
+        quick = aiohttp.ClientTimeout(total=0.3)
+        async with aiohttp.ClientSession(timeout=quick) as s:
+
+            async def leaver() -> None:
+                async with s.post(f"{url}/v1/chat/completions", json=body, headers=headers) as r:
+                    await r.read()
+
+            out = await asyncio.gather(*(leaver() for _ in range(30)), return_exceptions=True)
+        async with aiohttp.ClientSession() as s:
+            stream = {**body, "stream": True}
+            async with s.post(f"{url}/v1/chat/completions", json=stream, headers=headers) as r:
+                text = await r.text()
+            return out, r.status, text
+
+    out, status, text = asyncio.run(go())
+    assert sum(isinstance(e, TimeoutError) for e in out) >= 20  # most left while queued
+    assert status == 200 and "[DONE]" in text
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:
+        _, pools, _ = call(proc.admin, "GET", "/admin/pools", token=ADMIN)
+        q = pools["tiers"]["highspeed"]["queue"]
+        if q["waiting"] == 0 and q["in_flight"] == 0:
+            break
+        time.sleep(0.05)
+    assert q["waiting"] == 0 and q["in_flight"] == 0, q  # every slot came back
