@@ -302,3 +302,33 @@ def test_clients_that_leave_while_queued_leave_the_queue(gw: Any) -> None:
             break
         time.sleep(0.05)
     assert q["waiting"] == 0 and q["in_flight"] == 0, q  # every slot came back
+
+
+def test_a_hedge_answer_that_does_not_win_gives_its_slot_back() -> None:
+    from gateway.dispatch.hedge import race
+
+    class Opened:
+        dropped = False
+
+        def discard(self) -> None:
+            self.dropped = True
+
+    a, b = Opened(), Opened()
+
+    async def go() -> int:
+        both = asyncio.Event()
+
+        async def first() -> Opened:
+            await both.wait()
+            return a
+
+        async def second() -> Opened:
+            both.set()  # both finish in the same turn of the loop
+            return b
+
+        won, fired, _ = await race(first, second, asyncio.Event(), 0.01, lambda: True)
+        assert fired
+        return won
+
+    won = asyncio.run(go())
+    assert (a.dropped, b.dropped) == ((False, True) if won == 0 else (True, False))

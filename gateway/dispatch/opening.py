@@ -49,6 +49,11 @@ class StreamStart:
     checks_failed: CheckResult | None = None  # the last tier failed a check, delivered anyway
     since: float = field(default_factory=time.monotonic)  # when it took its slot
 
+    def discard(self) -> None:
+        """Not used after all (a hedge's other answer won): close it, free the slot."""
+        self.up.close()
+        self.finish(ok=True)
+
     def finish(self, ok: bool) -> None:
         """The stream is over: free the replica slot; an upstream fault counts against it."""
         self.pool.release(self.replica, time.monotonic() - self.since)
