@@ -8,6 +8,7 @@
     python -m evals micro [--repeat 7 ...]
     python -m evals classify [--train --seed 14] [--out DIR]
     python -m evals hostile [--clients 4 --quick]
+    python -m evals sched [--chats 96 --turns 4 --policies round-robin,rendezvous ...]
 
 Each command is a module with ``main(argv) -> int``; add one by adding a line to COMMANDS.
 """
@@ -26,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "classify": ("evals.classify", "task classifier: held-out accuracy, latency; --train"),
     "quality": ("evals.quality", "both tiers on the shipped eval set: task metrics, alignment"),
     "hostile": ("evals.hostile", "hostile input and engine faults: tried/precise/500/hang/..."),
+    "sched": ("evals.sched", "prefix affinity across 2 gateway replicas: cache hits, TTFT"),
 }
 
 

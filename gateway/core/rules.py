@@ -135,6 +135,21 @@ class Tier(_Strict):
     max_event_bytes: int = Field(
         default=8 << 20, ge=1024, description="a larger SSE event is an upstream failure"
     )
+    max_concurrency: int | None = Field(
+        default=None,
+        ge=1,
+        description="requests the gateway may have in flight on one replica; beyond, they "
+        "wait in the gateway by priority and tenant fair share (unset: unlimited)",
+    )
+    max_queue: int | None = Field(
+        default=None, ge=0, description="waiters per pool before shedding (unset: unbounded)"
+    )
+    affinity_slack: float = Field(
+        default=1.0,
+        ge=0,
+        description="bounded-load affinity: a prompt prefix keeps its replica unless that one "
+        "carries more than (1 + this) x the mean load (`python -m evals sched` measures it)",
+    )
     keepalive: float = Field(
         default=4.0,
         gt=0,

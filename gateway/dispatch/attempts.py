@@ -46,9 +46,10 @@ from gateway.dispatch.hedge import BothFailed, HedgeBudget, race
 from gateway.dispatch.opening import Opening, StreamOpener
 from gateway.dispatch.outcome import Failure, Outcome, Trail
 from gateway.dispatch.relay import StreamRelay
-from gateway.errors import UpstreamFailed, UpstreamTimeout
+from gateway.errors import RateLimited, UpstreamFailed, UpstreamTimeout
 from gateway.ops.telemetry import Telemetry
 from gateway.upstream.pools import Pools
+from gateway.upstream.scheduler import ANYONE, Ticket
 from gateway.upstream.transport import AttemptError
 
 T = TypeVar("T")
@@ -90,8 +91,10 @@ class Dispatcher:
         self._completer = Completer(self._opener, telemetry)
         self._repetition = repetition
 
-    def call(self, req: ClientRequest, d: RouteDecision, deadline_at: float) -> Call:
-        return Call(req, d, deadline_at, tuple(self._checks[n] for n in d.checks))
+    def call(
+        self, req: ClientRequest, d: RouteDecision, deadline_at: float, ticket: Ticket = ANYONE
+    ) -> Call:
+        return Call(req, d, deadline_at, tuple(self._checks[n] for n in d.checks), ticket)
 
     # -- the two entry points -----------------------------------------------------------------
     async def complete(self, call: Call) -> Outcome:
@@ -249,6 +252,15 @@ class Dispatcher:
     def _give_up(last: AttemptError, trail: Trail) -> Exception:
         if not last.retryable and last.status is not None and last.body is not None:
             return last  # a client error from the engine: relayed as it is
+        if last.kind == "shed":  # the queue could not start it in time: come back later
+            retry = last.retry_after or 1.0
+            return RateLimited(
+                f"The gateway is saturated: {last.detail}.",
+                retry_after=retry,
+                type_="server_overloaded",
+                code="overloaded",
+                headers={"Retry-After": str(int(retry))},
+            )
         what = "; ".join(f"{f.tier}: {f.kind}" for f in trail.failures) or last.kind
         msg = f"Every tier failed: {what}."
         if trail.failures and trail.failures[-1].timeout:

@@ -11,6 +11,7 @@ from gateway.core.request import ClientRequest
 from gateway.core.router import RouteDecision
 from gateway.upstream.pools import Pool
 from gateway.upstream.responses_events import RESPONSES_PATH
+from gateway.upstream.scheduler import ANYONE, Ticket
 
 PATHS = MappingProxyType({"chat": "/v1/chat/completions", "completions": "/v1/completions"})
 
@@ -21,6 +22,7 @@ class Call:
     d: RouteDecision
     deadline_at: float  # monotonic: the whole request, every attempt, ends by then
     checks: tuple[Check, ...]
+    ticket: Ticket = ANYONE  # who asks (tenant, priority band): the pools' queue order
 
     @property
     def path(self) -> str:

@@ -96,9 +96,10 @@ class Completer:
 
     async def _plain(self, call: Call, pool: Pool, how: Opening, trail: Trail) -> Answer:
         body = orjson.dumps(call.body_for(pool))
-        rep = pool.choose(call.affinity)
-        rep.in_flight += 1
+        rep, queued = await pool.acquire(call.ticket, call.affinity, how.until)
+        trail.queue_s += queued
         t0 = time.perf_counter()
+        held: float | None = None
         try:
             data = await pool.post(
                 rep,
@@ -106,11 +107,12 @@ class Completer:
                 body,
                 pool.limits(how.until - time.monotonic(), stream=False),
             )
+            held = time.perf_counter() - t0
         except AttemptError as e:
             pool.record(not e.retryable)
             raise
         finally:
-            rep.in_flight -= 1
+            pool.release(rep, held)
             trail.upstream_s += time.perf_counter() - t0
         try:
             answer = orjson.loads(data)

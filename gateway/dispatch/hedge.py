@@ -65,12 +65,14 @@ async def race(
     t2: asyncio.Future[T] = asyncio.ensure_future(second())
     pending: set[asyncio.Future[Any]] = {t1, t2}
     last: AttemptError | None = None
+    won: asyncio.Future[Any] | None = None
     try:
         while pending:
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
             for t in done:
                 exc = t.exception()
                 if exc is None:
+                    won = t
                     return (0 if t is t1 else 1), True, t.result()
                 if not isinstance(exc, AttemptError):
                     raise exc
@@ -79,6 +81,7 @@ async def race(
         for t in pending:
             t.cancel()  # the loser: its attempt closes the upstream connection
         await asyncio.gather(*pending, return_exceptions=True)
+        _drop_unused(won, t1, t2)
     assert last is not None
     raise BothFailed(last)
 
@@ -103,3 +106,13 @@ async def _until_done_or(task: asyncio.Future[Any], delay: float) -> None:
     finally:
         timer.cancel()
         task.remove_done_callback(wake)
+
+
+def _drop_unused(won: asyncio.Future[Any] | None, *tasks: asyncio.Future[Any]) -> None:
+    """An answer that arrived but did not win (both finished at once, or one finished as
+    it was cancelled) still holds its engine slot and connection: give them back."""
+    for t in tasks:
+        if t is not won and t.done() and not t.cancelled() and t.exception() is None:
+            discard = getattr(t.result(), "discard", None)
+            if discard is not None:
+                discard()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gateway.checks.base import CheckResult
 from gateway.dispatch.budget import LatencyBook
@@ -48,10 +48,16 @@ class StreamStart:
     replica: Replica
     checks_failed: CheckResult | None = None  # the last tier failed a check, delivered anyway
     waited_s: float = 0.0  # time spent waiting on the engine (the rest is the gateway's own)
+    since: float = field(default_factory=time.monotonic)  # when it took its slot
+
+    def discard(self) -> None:
+        """Not used after all (a hedge's other answer won): close it, free the slot."""
+        self.up.close()
+        self.finish(ok=True)
 
     def finish(self, ok: bool) -> None:
         """The stream is over: free the replica slot; an upstream fault counts against it."""
-        self.replica.in_flight -= 1
+        self.pool.release(self.replica, time.monotonic() - self.since)
         if not ok:
             self.pool.record(False)
 
@@ -65,10 +71,11 @@ class StreamOpener:
         self, call: Call, pool: Pool, body: bytes, how: Opening, trail: Trail
     ) -> StreamStart:
         """Open a stream; return it once its first token (and hold-back window) passed."""
+        rep, queued = await pool.acquire(call.ticket, call.affinity, how.until)
+        trail.queue_s += queued  # time in the queue counts against the deadline
         remaining = how.until - time.monotonic()
         ttft = min(pool.tier.timeouts.ttft, call.d.ttft_budget, remaining)
         cfg = pool.tier.stream
-        rep = pool.choose(call.affinity)
         s = StreamStart(
             _Closed(),
             b"",
@@ -81,7 +88,6 @@ class StreamOpener:
         if how.assemble:
             s.state.events = []
         t0 = time.perf_counter()
-        rep.in_flight += 1
         try:
             async with asyncio.timeout(ttft):
                 await _connect(s, call.path_for(pool), body, pool.limits(remaining, True))
@@ -150,7 +156,7 @@ class _Closed:
 
 
 def _abandon(s: StreamStart) -> None:
-    s.replica.in_flight -= 1
+    s.pool.release(s.replica, None)
     s.up.close()  # drop the connection: the engine stops generating
 
 

@@ -28,6 +28,7 @@ class Trail:
     ok_attempt_s: float | None = None  # how long the attempt that answered took
     checks_failed: str | None = None  # the check the delivered answer failed (last tier)
     hedge: str | None = None  # a hedge fired: which tier won
+    queue_s: float = 0.0  # waiting in the gateway's queue for a free slot (counts to deadline)
 
     @property
     def fallback_kind(self) -> str | None:

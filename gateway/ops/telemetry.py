@@ -54,6 +54,7 @@ M_SHADOW = "gateway_shadow_comparisons"
 M_SHADOW_SIM = "gateway_shadow_similarity"
 M_SHADOW_FAIL = "gateway_shadow_failures"
 M_COST = "gateway_cost_usd"  # Prometheus: gateway_cost_usd_total
+M_QUEUE = "gateway_queue_wait_seconds"
 
 A_TIER, A_TASK, A_SLA, A_TENANT = "tier", "task", "sla", "tenant"
 A_ARM = "arm"  # the canary arm of a split rule ("none" outside a split)
@@ -140,6 +141,7 @@ class RequestRecord:
     error_code: str | None = None
     cost_usd: float | None = None
     arm: str = "none"
+    queue_s: float = 0.0  # waited in the gateway's queue for a free engine slot
 
 
 class Telemetry:
@@ -186,7 +188,8 @@ class Telemetry:
             M_ATTEMPT, "upstream attempt", LATENCY_BUCKETS, (A_TIER, A_OUTCOME)
         )
         self.overhead = Histogram(M_OVERHEAD, "gateway's own", OVERHEAD_BUCKETS, (A_STREAM,))
-        hists = [self.latency, self.ttft, self.tpot, self.attempt, self.overhead]
+        self.queue = Histogram(M_QUEUE, "waiting for a free slot", LATENCY_BUCKETS, _BASE)
+        hists = [self.latency, self.ttft, self.tpot, self.attempt, self.overhead, self.queue]
         self.registry.register(HistogramCollector(hists))
         if otlp_endpoint:  # the same records, pushed over OTLP too
             for h in hists:
@@ -284,6 +287,8 @@ class Telemetry:
             count(self.errors, 1, *base, (A_KIND, r.error_code or str(r.status)))
         self.latency.record(r.latency_s, key)
         self.overhead.record(max(0.0, r.overhead_s), (stream,))
+        if r.queue_s:
+            self.queue.record(r.queue_s, key)
         if r.ttft_s is not None:  # streams only: a non-streamed answer has no first token
             self.ttft.record(r.ttft_s, key)
             if r.completion_tokens > 1:
@@ -388,6 +393,8 @@ def _access_fields(r: RequestRecord) -> dict[str, Any]:
         out["error"] = r.error_code
     if r.cost_usd is not None:
         out["cost_usd"] = round(r.cost_usd, 9)
+    if r.queue_s:
+        out["queue_ms"] = round(r.queue_s * 1000, 3)
     return out
 
 

@@ -43,6 +43,7 @@ from gateway.server.state import GATEWAY, Gateway, Runtime
 from gateway.settings import Settings
 from gateway.tenancy.access import rate_headers
 from gateway.tenancy.limits import NO_RESERVE, Reserve
+from gateway.upstream.scheduler import Ticket
 from gateway.upstream.transport import AttemptError
 
 log = logging.getLogger("gateway.server")
@@ -101,7 +102,8 @@ async def _serve(
         want = _worst_case(rt, d, req, gw.settings) if eff.policy.has_budget else NO_RESERVE
         ex.admission = await gw.access.admit(eff, slot, want)
         ex.slot = slot
-        call = rt.dispatcher.call(req, d, time.monotonic() + d.deadline)
+        ticket = Ticket.of(eff.tenant_id, d.cls.sla, eff.policy.priority_shift or 0)
+        call = rt.dispatcher.call(req, d, time.monotonic() + d.deadline, ticket)
         if req.stream:
             ex.stream = True
             relay = await rt.dispatcher.stream(call)

@@ -18,6 +18,7 @@ from gateway.headers import (
     H_FALLBACK,
     H_HEDGE,
     H_OVERHEAD,
+    H_QUEUE,
     H_ROUTE,
     H_TIER,
 )
@@ -70,6 +71,8 @@ class Exchange:
         h[H_OVERHEAD] = f"{max(self._overhead(time.perf_counter()), 0.0) * 1000:.3f}"
         if t.backoff_s:
             h[H_BACKOFF] = f"{t.backoff_s * 1000:.1f}"
+        if t.queue_s:
+            h[H_QUEUE] = f"{t.queue_s * 1000:.1f}"
         if t.hedge:
             h[H_HEDGE] = t.hedge
         if t.checks_failed:
@@ -80,7 +83,7 @@ class Exchange:
 
     def _overhead(self, until: float) -> float:
         t = self.trail
-        waited = (t.upstream_s + t.backoff_s) if t is not None else 0.0
+        waited = (t.upstream_s + t.backoff_s + t.queue_s) if t is not None else 0.0
         return until - self.t0 - waited
 
     def record(self) -> RequestRecord:
@@ -109,6 +112,7 @@ class Exchange:
             self.error,
             self.cost,
             (d.arm or "none") if d else "none",
+            t.queue_s if t else 0.0,
         )
 
     def annotate(self, span: trace.Span) -> None:

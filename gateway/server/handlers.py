@@ -72,7 +72,9 @@ async def readyz(request: web.Request) -> web.Response:
     health = pools.health()
     ok = any(health.values())
     models = {name: p.models.state() for name, p in pools.by_tier.items()}
-    body = {"ready": ok, "tiers": health, "models": models}
+    saturated = pools.saturated()
+    body = {"ready": ok, "saturated": any(saturated.values()), "tiers": health}
+    body |= {"models": models, "saturated_tiers": saturated}
     return web.json_response(body, status=200 if ok else 503)
 
 

@@ -151,7 +151,7 @@ class Gateway:
 
     def prometheus(self) -> bytes:
         """This process's metrics, or with workers, every worker's (labelled by worker)."""
-        own = self.telemetry.prometheus()
+        own = self.telemetry.prometheus() + self.runtime.pools.prometheus()
         folder = self.settings.metrics_dir
         if folder is None:
             return own

@@ -54,6 +54,9 @@ class Policy(BaseModel):
     token_budget: TokenBudget | None = None
     cost_budget: CostBudget | None = None
     shadow_rate: float | None = Field(default=None, ge=0, le=1)
+    priority_shift: int | None = Field(
+        default=None, ge=-2, le=2, description="queue band shift: -1 = one band earlier"
+    )
     fail_closed: bool | None = Field(
         default=None, description="when the store is unreachable: refuse (503) instead of serve"
     )

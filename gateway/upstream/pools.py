@@ -4,10 +4,12 @@ The only module that knows upstream URLs. Each pool talks to its replicas throug
 :class:`~gateway.upstream.transport.Transport` (the real one is aiohttp; tests pass an
 in-memory one).
 
-Replica choice: requests that share a prompt prefix go to the same replica (so the
-engine's radix/prefix cache hits) unless that replica is clearly more loaded than the
-least loaded one (bounded-load affinity). Load is our own requests in flight plus the
-engine's queue as its ``/metrics`` last said (SGLang's ``sglang:num_queue_reqs``).
+Replica choice: rendezvous hashing of the prompt's head with bounded load, so every
+gateway replica sends a prefix to the same engine replica (its radix/prefix cache hits)
+unless that one carries more than ``1 + affinity_slack`` times the mean load; an engine
+joining or leaving moves only its share of prefixes. Load is our own requests in flight
+plus the engine's queue as its ``/metrics`` last said (SGLang's ``sglang:num_queue_reqs``).
+Before replica choice, a request takes a slot in the pool's queue (:mod:`.scheduler`).
 
 Health: a background probe per pool asks every replica's ``/health`` each
 ``health.interval`` seconds (and scrapes ``/metrics``); a replica that fails a probe,
@@ -21,7 +23,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -30,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.core.rules import Tier
 from gateway.upstream.discovery import ModelBook, model_ids
 from gateway.upstream.responses_events import RESPONSES_PATH, ResponsesAsChat
+from gateway.upstream.scheduler import Gate, Ticket
 from gateway.upstream.transport import (
     AttemptError,
     HttpTransport,
@@ -49,6 +54,16 @@ def _base(url: str) -> str:
     return url[:-3] if url.endswith("/v1") else url
 
 
+_M64 = (1 << 64) - 1
+
+
+def _mix(x: int) -> int:
+    """splitmix64's finaliser: a cheap, well-spread 64-bit hash (same in every process)."""
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9 & _M64
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EB & _M64
+    return x ^ (x >> 31)
+
+
 @dataclass(slots=True)
 class Replica:
     url: str
@@ -58,6 +73,10 @@ class Replica:
     running: float = 0.0
     cache_hit_rate: float | None = None
     last_probe: float | None = None  # monotonic time of the last probe answer
+    seed: int = 0  # its rendezvous-hash seed, from its URL
+
+    def __post_init__(self) -> None:
+        self.seed = _mix(zlib.crc32(self.url.encode()))
 
     @property
     def load(self) -> float:
@@ -147,6 +166,7 @@ class Pool:
     price: tuple[float, float] | None = None  # USD per input token, per output token
     models: ModelBook = field(default_factory=lambda: ModelBook(None))
     on_models: Callable[[], None] | None = None  # the model it sends changed (discovery)
+    gate: Gate = field(default_factory=lambda: Gate(None))
     _probe: asyncio.Task[None] | None = field(default=None)
 
     @classmethod
@@ -160,6 +180,8 @@ class Pool:
             Circuit(tier.circuit.failures, tier.circuit.cooldown),
             models=ModelBook(tier.model),
         )
+        if tier.max_concurrency is not None:
+            pool.gate = Gate(tier.max_concurrency * len(pool.replicas), tier.max_queue)
         if tier.price is not None:
             pool.price = (tier.price.input_per_1m / 1e6, tier.price.output_per_1m / 1e6)
         if hosted is not None:  # what LiteLLM's model map says, where the rules do not
@@ -243,17 +265,37 @@ class Pool:
         return any(r.up for r in self.replicas)
 
     def choose(self, affinity: int) -> Replica:
+        """Rendezvous (highest random weight) hashing of the prompt's head with bounded
+        load: the highest-scoring replica whose load stays within (1 + slack) x the mean
+        (``tiers.<t>.affinity_slack``).
+        Every gateway replica ranks the engines alike for a prefix, and an engine joining
+        or leaving moves only the prefixes it wins or held."""
         reps = self.replicas
         if len(reps) == 1:
             return reps[0]
         live = [r for r in reps if r.up] or reps  # all down: try anyway, a probe may lag
-        # rendezvous-free affinity: a prefix keeps its replica while the replica set is stable
-        preferred = live[affinity % len(live)]
-        least = min(live, key=lambda r: r.load)
-        # bounded load: keep the prefix-cache replica unless it has 25% (and 2) more load
-        if preferred.load <= least.load * 1.25 + 2:
-            return preferred
-        return least
+        loads = [r.in_flight + r.queued for r in live]
+        bound = math.ceil((1 + self.tier.affinity_slack) * (sum(loads) + 1) / len(live))
+        best, best_score = None, -1
+        for r, load in zip(live, loads, strict=True):
+            x = (affinity ^ r.seed) * 0x9E3779B97F4A7C15 & _M64  # r.seed is well mixed already
+            score = x ^ (x >> 29)
+            if score > best_score and load + 1 <= bound:
+                best, best_score = r, score
+        return best or min(live, key=lambda r: r.load)
+
+    async def acquire(self, ticket: Ticket, affinity: int, until: float) -> tuple[Replica, float]:
+        """A slot in this pool (waiting in its queue, at most until ``until``), then the
+        replica: the slot and the replica's in-flight count are the caller's to give back
+        with :meth:`release`. Returns the replica and the seconds queued."""
+        queued = await self.gate.acquire(ticket, until)
+        rep = self.choose(affinity)
+        rep.in_flight += 1
+        return rep, queued
+
+    def release(self, rep: Replica, held_s: float | None) -> None:
+        rep.in_flight -= 1
+        self.gate.release(held_s)
 
     def record(self, ok: bool) -> None:
         if ok:
@@ -386,9 +428,30 @@ class Pools:
                 "circuit_open": p.circuit.is_open,
                 "consecutive_failures": p.circuit.failures,
                 "replicas": [r.state() for r in p.replicas],
+                "queue": p.gate.state(),
             }
             for name, p in self.by_tier.items()
         }
+
+    def saturated(self) -> dict[str, bool]:
+        return {name: p.gate.saturated for name, p in self.by_tier.items()}
+
+    def prometheus(self) -> bytes:
+        """The queues' gauges and shed counts, in Prometheus text (an autoscaler's signal)."""
+        lines = [
+            "# HELP gateway_queue_waiting requests waiting in the gateway for a free slot",
+            "# TYPE gateway_queue_waiting gauge",
+            "# HELP gateway_saturated 1 while every slot of the tier is taken and some wait",
+            "# TYPE gateway_saturated gauge",
+            "# HELP gateway_shed_total requests refused because they could not start in time",
+            "# TYPE gateway_shed_total counter",
+        ]
+        for name, p in self.by_tier.items():
+            g = p.gate
+            lines.append(f'gateway_queue_waiting{{tier="{name}"}} {g.waiting}')
+            lines.append(f'gateway_saturated{{tier="{name}"}} {int(g.saturated)}')
+            lines.append(f'gateway_shed_total{{tier="{name}"}} {g.shed}')
+        return ("\n".join(lines) + "\n").encode()
 
     def start(self) -> None:
         for p in self.by_tier.values():

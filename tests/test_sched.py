@@ -1,0 +1,334 @@
+"""Scheduling under load: the gateway's queue (priority bands, tenant fair share, shedding)
+and rendezvous affinity; end to end through a gateway in front of an engine that lets only
+N requests generate at once (tests/slot_engine.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from gateway.core.rules import Tier
+from gateway.upstream.pools import Pool
+from gateway.upstream.scheduler import Gate, Ticket
+from gateway.upstream.transport import AttemptError
+from tests.conftest import ROOT, Proc, free_port, rules_for_tests, start_gateway
+from tests.test_tenancy import call, new_tenant, prefix, tenancy_env  # noqa: F401
+
+A, B = Ticket("a", 0), Ticket("b", 0)
+
+
+# -- the gate, in memory ---------------------------------------------------------------------
+async def _hold(gate: Gate, t: Ticket, order: list[str], name: str, hold: float = 0.01) -> None:
+    await gate.acquire(t, time.monotonic() + 5)
+    order.append(name)
+    await asyncio.sleep(hold)
+    gate.release(hold)
+
+
+def test_unlimited_gate_never_waits() -> None:
+    async def go() -> None:
+        g = Gate(None)
+        waits = [await g.acquire(A, time.monotonic() + 1) for _ in range(100)]
+        assert waits == [0.0] * 100 and g.waiting == 0
+
+    asyncio.run(go())
+
+
+def test_tenants_share_a_band_round_robin_and_interactive_overtakes_batch() -> None:
+    async def go() -> None:
+        g = Gate(1)
+        await g.acquire(A, time.monotonic() + 1)  # the one slot, held
+        order: list[str] = []
+        tasks = [asyncio.create_task(_hold(g, Ticket("a", 2), order, f"a{i}")) for i in range(5)]
+        await asyncio.sleep(0)
+        tasks += [asyncio.create_task(_hold(g, Ticket("b", 2), order, f"b{i}")) for i in range(2)]
+        await asyncio.sleep(0)
+        tasks.append(asyncio.create_task(_hold(g, Ticket("c", 0), order, "urgent")))
+        await asyncio.sleep(0)
+        assert g.waiting == 8 and g.saturated
+        g.release(0.01)
+        await asyncio.gather(*tasks)
+        assert order == ["urgent", "a0", "b0", "a1", "b1", "a2", "a3", "a4"]
+        assert g.busy == 0 and g.waiting == 0
+
+    asyncio.run(go())
+
+
+def test_a_waiter_that_leaves_leaves_the_queue_and_slots_are_never_lost() -> None:
+    async def go() -> None:
+        g = Gate(1)
+        await g.acquire(A, time.monotonic() + 1)
+        gone = asyncio.create_task(g.acquire(B, time.monotonic() + 5))
+        await asyncio.sleep(0)
+        assert g.waiting == 1
+        gone.cancel()
+        await asyncio.gather(gone, return_exceptions=True)
+        assert g.waiting == 0
+        # handed the slot and cancelled before it ran: the slot passes on
+        late = asyncio.create_task(g.acquire(B, time.monotonic() + 5))
+        nxt = asyncio.create_task(g.acquire(A, time.monotonic() + 5))
+        await asyncio.sleep(0)
+        g.release(None)
+        late.cancel()
+        await asyncio.gather(late, return_exceptions=True)
+        assert await nxt >= 0 and g.busy == 1 and g.waiting == 0
+        with pytest.raises(AttemptError) as e:  # bounded by its budget
+            await g.acquire(B, time.monotonic() + 0.05)
+        assert e.value.kind == "queue_timeout" and g.waiting == 0
+        g.release(None)
+        assert g.busy == 0
+
+    asyncio.run(go())
+
+
+def test_shedding_refuses_at_once_and_batch_goes_first() -> None:
+    async def go() -> None:
+        g = Gate(2, max_queue=3)
+        g.service_s = 1.0
+        for _ in range(2):
+            await g.acquire(A, time.monotonic() + 1)
+        t0 = time.monotonic()
+        with pytest.raises(AttemptError) as e:  # ~1 s ahead, 0.5 s left
+            await g.acquire(A, time.monotonic() + 0.5)
+        assert e.value.kind == "shed" and e.value.retry_after == 1.0
+        assert time.monotonic() - t0 < 0.05
+        batch = [
+            asyncio.create_task(g.acquire(Ticket("x", 2), time.monotonic() + 60)) for _ in "xyz"
+        ]
+        await asyncio.sleep(0)
+        assert g.waiting == 3  # full: an interactive arrival sheds the newest batch waiter
+        urgent = asyncio.create_task(g.acquire(B, time.monotonic() + 60))
+        await asyncio.sleep(0.01)
+        assert batch[2].done() and isinstance(batch[2].exception(), AttemptError)
+        with pytest.raises(AttemptError):  # a batch arrival into a full queue: refused
+            await g.acquire(Ticket("y", 2), time.monotonic() + 60)
+        assert g.shed == 3
+        g.release(1.0)
+        await urgent  # the interactive one got the first free slot
+        for t in batch[:2]:
+            t.cancel()
+        await asyncio.gather(*batch, return_exceptions=True)
+        assert g.waiting == 0
+
+    asyncio.run(go())
+
+
+# -- rendezvous affinity ---------------------------------------------------------------------
+def _pool(n: int) -> Pool:
+    urls = tuple(f"http://engine-{i}:30000" for i in range(n))
+    return Pool.create("hs", Tier(endpoints=urls, model="m"))
+
+
+def test_rendezvous_is_the_same_everywhere_and_moves_only_a_leavers_share() -> None:
+    one, two = _pool(8), _pool(8)
+    keys = range(0, 4000 * 7919, 7919)
+    first = {k: one.choose(k).url for k in keys}
+    assert first == {k: two.choose(k).url for k in keys}  # another gateway replica agrees
+    spread = Counter(first.values())
+    assert len(spread) == 8 and min(spread.values()) > 4000 / 8 * 0.8
+    seven = _pool(8)
+    seven.replicas[3].up = False
+    moved = [k for k in keys if seven.choose(k).url != first[k]]
+    assert all(first[k].endswith("engine-3:30000") for k in moved)
+    assert len(moved) == spread["http://engine-3:30000"]
+
+
+def test_bounded_load_skips_a_replica_over_its_share() -> None:
+    p = _pool(4)
+    home = p.choose(42)
+    home.in_flight = 10
+    assert p.choose(42) is not home  # 10 + 1 > 1.25 x (10 + 1) / 4
+    home.in_flight = 0
+    assert p.choose(42) is home
+
+
+# -- end to end ------------------------------------------------------------------------------
+SLOTS, SERVICE = 4, 0.1
+
+
+@pytest.fixture(scope="module")
+def slot_engine() -> Iterator[str]:
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    argv = [sys.executable, str(ROOT / "tests" / "slot_engine.py"), "--port", str(port)]
+    proc = Proc([*argv, "--slots", str(SLOTS), "--service", str(SERVICE)], f"{base}/health")
+    yield base
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def gw(slot_engine: str, prefix: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:  # noqa: F811
+    rules = rules_for_tests(ttft=3.0, total=5.0)
+    rules["rules"] = []
+    rules["default"] = {"tier": "highspeed", "fallback": [], "checks": ["non_empty"]}
+    rules["tiers"]["highspeed"]["max_concurrency"] = SLOTS
+    rules["sla_classes"]["tight"] = {"deadline": 0.4, "ttft_budget": 0.4}
+    urls = {"highspeed": slot_engine, "standard": slot_engine}
+    proc, url = start_gateway(tmp_path_factory.mktemp("gw"), rules, urls, tenancy_env(prefix))
+    yield proc, url
+    proc.stop()
+
+
+async def _post(s: aiohttp.ClientSession, url: str, key: str, tag: str, sla: str) -> dict[str, Any]:
+    headers = {"Authorization": f"Bearer {key}", "x-gateway-sla": sla}
+    body = {"model": "auto", "messages": [{"role": "user", "content": tag}]}
+    t0 = time.monotonic()
+    async with s.post(f"{url}/v1/chat/completions", json=body, headers=headers) as r:
+        await r.read()
+        return {"status": r.status, "s": time.monotonic() - t0, "h": dict(r.headers)}
+
+
+async def _flood(url: str, key_a: str, key_b: str, sla_a: str, sla_b: str) -> dict[str, Any]:
+    """Tenant A keeps 48 requests in flight; meanwhile B sends 12 one after another, then
+    one request that cannot meet its deadline."""
+    done_a: list[dict[str, Any]] = []
+    stop = asyncio.Event()
+    async with aiohttp.ClientSession() as s:
+
+        async def a_worker(i: int) -> None:
+            n = 0
+            while not stop.is_set():
+                done_a.append(await _post(s, url, key_a, f"a{i}-{n}", sla_a))
+                n += 1
+
+        workers = [asyncio.create_task(a_worker(i)) for i in range(48)]
+        await asyncio.sleep(1.0)  # A's queue is built up
+        b = [await _post(s, url, key_b, f"b{i}", sla_b) for i in range(12)]
+        tight = await _post(s, url, key_b, "tight", "tight")
+        stop.set()
+        await asyncio.gather(*workers)
+        async with s.get(f"{url}/metrics") as r:
+            metrics = await r.text()
+    return {"a": done_a, "b": b, "tight": tight, "metrics": metrics}
+
+
+def test_b_is_not_stuck_behind_a_and_hopeless_requests_are_refused(gw: Any) -> None:
+    proc, url = gw
+    _, _, key_a = new_tenant(proc.admin)
+    _, _, key_b = new_tenant(proc.admin)
+    out = asyncio.run(_flood(url, key_a, key_b, "interactive", "interactive"))
+    a, b = out["a"], out["b"]
+    assert a and all(r["status"] == 200 for r in a), Counter(r["status"] for r in a)
+    assert all(r["status"] == 200 for r in b)
+    b_s = sorted(r["s"] for r in b)
+    p95 = b_s[int(len(b_s) * 0.95) - 1]
+    a_queue = sorted(float(r["h"].get("x-gateway-queue-ms", 0)) for r in a)
+    print(f"\nB P95 {p95 * 1000:.0f} ms; A median queue {a_queue[len(a_queue) // 2]:.0f} ms")
+    assert p95 < 4 * SERVICE + 0.25  # a few service times, not A's queue (~1.2 s)
+    assert a_queue[len(a_queue) // 2] > 600  # A waits behind its own requests
+    t = out["tight"]
+    assert t["status"] == 429 and int(t["h"]["Retry-After"]) >= 1 and t["s"] < 0.3
+    assert 'gateway_shed_total{tier="highspeed"}' in out["metrics"]
+    assert "gateway_queue_wait_seconds" in out["metrics"]
+
+
+def test_interactive_overtakes_queued_batch(gw: Any) -> None:
+    proc, url = gw
+    _, _, key = new_tenant(proc.admin)
+    out = asyncio.run(_flood(url, key, key, "batch", "interactive"))
+    assert all(r["status"] == 200 for r in out["a"])
+    worst = max(r["s"] for r in out["b"])
+    assert worst < 4 * SERVICE + 0.25, worst  # one tenant: its interactive goes first
+
+
+def test_readyz_reports_saturation(gw: Any) -> None:
+    _, url = gw
+
+    async def go() -> dict[str, Any]:
+        async with aiohttp.ClientSession() as s:
+            _, _, key = new_tenant(gw[0].admin)
+            tasks = [asyncio.create_task(_post(s, url, key, f"r{i}", "batch")) for i in range(20)]
+            await asyncio.sleep(0.3)
+            async with s.get(f"{url}/readyz") as r:
+                body: dict[str, Any] = await r.json()
+            await asyncio.gather(*tasks)
+            async with s.get(f"{url}/readyz") as r:
+                body["after"] = await r.json()
+            return body
+
+    body = asyncio.run(go())
+    assert body["saturated"] is True and body["saturated_tiers"]["highspeed"] is True
+    assert body["after"]["saturated"] is False
+
+
+def test_evals_sched_runs_small(tmp_path: Any) -> None:
+    from evals import sched
+
+    a = sched.parse(["--out", str(tmp_path), "--chats", "8", "--turns", "2", "--repeats", "1"])
+    row = asyncio.run(sched._policy("rendezvous", a))
+    assert row["requests"] == 16 and 0 < row["hit_rate"] < 1
+    assert row["moved_when_one_leaves"] < 0.2  # only the leaver's share moves
+    assert sched._moved("modulo", 8) > 0.5
+
+
+def test_clients_that_leave_while_queued_leave_the_queue(gw: Any) -> None:
+    from tests.test_tenancy import ADMIN
+
+    proc, url = gw
+    _, _, key = new_tenant(proc.admin)
+    headers = {"Authorization": f"Bearer {key}", "x-gateway-sla": "batch"}
+
+    async def go() -> tuple[list[Any], int, str]:
+        body = {"model": "auto", "messages": [{"role": "user", "content": "x"}]}
+        quick = aiohttp.ClientTimeout(total=0.3)
+        async with aiohttp.ClientSession(timeout=quick) as s:
+
+            async def leaver() -> None:
+                async with s.post(f"{url}/v1/chat/completions", json=body, headers=headers) as r:
+                    await r.read()
+
+            out = await asyncio.gather(*(leaver() for _ in range(30)), return_exceptions=True)
+        async with aiohttp.ClientSession() as s:
+            stream = {**body, "stream": True}
+            async with s.post(f"{url}/v1/chat/completions", json=stream, headers=headers) as r:
+                text = await r.text()
+            return out, r.status, text
+
+    out, status, text = asyncio.run(go())
+    assert sum(isinstance(e, TimeoutError) for e in out) >= 20  # most left while queued
+    assert status == 200 and "[DONE]" in text
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:
+        _, pools, _ = call(proc.admin, "GET", "/admin/pools", token=ADMIN)
+        q = pools["tiers"]["highspeed"]["queue"]
+        if q["waiting"] == 0 and q["in_flight"] == 0:
+            break
+        time.sleep(0.05)
+    assert q["waiting"] == 0 and q["in_flight"] == 0, q  # every slot came back
+
+
+def test_a_hedge_answer_that_does_not_win_gives_its_slot_back() -> None:
+    from gateway.dispatch.hedge import race
+
+    class Opened:
+        dropped = False
+
+        def discard(self) -> None:
+            self.dropped = True
+
+    a, b = Opened(), Opened()
+
+    async def go() -> int:
+        both = asyncio.Event()
+
+        async def first() -> Opened:
+            await both.wait()
+            return a
+
+        async def second() -> Opened:
+            both.set()  # both finish in the same turn of the loop
+            return b
+
+        won, fired, _ = await race(first, second, asyncio.Event(), 0.01, lambda: True)
+        assert fired
+        return won
+
+    won = asyncio.run(go())
+    assert (a.dropped, b.dropped) == ((False, True) if won == 0 else (True, False))
