@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import random
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -405,8 +406,12 @@ def _guard_run(pieces: list[str]) -> tuple[bool, bool]:
             True,
         ),
         ("a counter is not a numbered loop", [f"word{i} " for i in range(60)], False, False),
-        ("numbers in a table", ["| a | b |\n", *[f"| {i} | {i * 7} |\n" for i in range(10, 99)]],
-         False, False),
+        (
+            "numbers in a table",
+            ["| a | b |\n", *[f"| {i} | {i * 7} |\n" for i in range(10, 99)]],
+            False,
+            False,
+        ),
         (
             "two copies only",
             ["Hello there friend. ", "Hello there friend. ", "Bye now."],
@@ -503,3 +508,46 @@ async def test_the_race_wakes_when_the_first_attempt_ends_before_the_delay() -> 
     t0 = time.monotonic()
     assert await race(first, second, asyncio.Event(), 5.0, lambda: True) == (0, False, "fast")
     assert time.monotonic() - t0 < 1.0
+
+
+@pytest.mark.parametrize(
+    ("finish", "chars", "passed"),
+    [
+        ("stop", 300, {"repetition", "template_leak"}),
+        ("length", 300, {"template_leak"}),  # "length" changes the repetition verdict
+        ("stop", 5000, {"template_leak"}),  # longer than the window: not all of it was seen
+    ],
+)
+def test_what_the_live_phase_passed_on_the_whole_text(
+    finish: str, chars: int, passed: set[str]
+) -> None:
+    """The final check of a non-streamed answer skips only what the live phase settled."""
+    from gateway.checks.base import RequestFacts
+    from gateway.checks.registry import build_checks as build
+    from gateway.checks.settings import CheckSettings
+    from gateway.dispatch.live import LiveChecks
+    from gateway.upstream.sse import StreamState
+
+    checks = build(CheckSettings())
+    live = LiveChecks(
+        [checks["repetition"], checks["template_leak"]],
+        RequestFacts(False, False, None, {}),
+        256,
+        4096,
+    )
+    state = StreamState(True)
+    rnd = random.Random(7)
+    text = "".join(rnd.choice("abcdefghij klmnop") for _ in range(chars))
+    state.parts, state.chars = [text], chars
+    assert live.maybe_run(state) is None
+    state.finish_reason = finish
+    assert live.passed_whole(state) == passed
+
+
+@aio
+async def test_a_leak_in_a_short_answer_is_caught_non_streamed() -> None:
+    fast = Reply(chunks=events(["Sure, here it is.", "<|im_end|>", " More."]))
+    rig = Rig(by_tier(highspeed=fast, standard=OK_STD))
+    out = await rig.dispatcher.complete(rig.call())
+    assert out.tier == "standard"
+    assert [f.kind for f in out.trail.failures] == ["check_template_leak"]

@@ -16,7 +16,6 @@ from typing import Any
 
 import orjson
 
-from gateway.checks.base import CheckResult
 from gateway.dispatch.assemble import assemble, assemble_state, outputs
 from gateway.dispatch.call import Call
 from gateway.dispatch.opening import Opening, StreamOpener, StreamStart, pull
@@ -50,13 +49,15 @@ class Completer:
             trail.upstream_s += s.waited_s - waited
         s.up.release()
         s.finish(ok=True)
-        self._judge(call, answer, how, trail, s.checks_failed)
+        self._judge(call, answer, how, trail, s)
         return orjson.dumps(answer), answer.get("usage")
 
     async def _drain(self, call: Call, s: StreamStart, how: Opening) -> dict[str, Any]:
         """Read the rest of the stream, checking as it grows; the assembled answer."""
         if s.state.events is None:
             raise AssertionError("the opener keeps events for assembly")  # pragma: no cover
+        if s.state.done:  # it all came with the first token: no timer to set
+            return self._assembled(call, s)
         try:
             async with asyncio.timeout_at(_loop_time(how.until)):
                 while not s.state.done:
@@ -70,6 +71,10 @@ class Completer:
             raise AttemptError(
                 "timeout", "the answer did not finish in its budget", timeout=True
             ) from None
+        return self._assembled(call, s)
+
+    @staticmethod
+    def _assembled(call: Call, s: StreamStart) -> dict[str, Any]:
         if s.state.plain:
             return assemble_state(s.state)
         return assemble(call.req.kind, s.state.parsed_events())
@@ -80,13 +85,19 @@ class Completer:
         answer: dict[str, Any],
         how: Opening,
         trail: Trail,
-        failed: CheckResult | None,
+        s: StreamStart | None,
     ) -> None:
-        """Every check of the rule on every choice; the last tier may deliver a failure."""
+        """Every check of the rule on every choice (less those the live phase already
+        passed on the whole text); the last tier may deliver a failure."""
         if not answer.get("choices"):
             raise AttemptError("bad_body", "the answer has no choices")
+        failed, checks = None, call.checks
+        if s is not None:
+            failed, seen = s.checks_failed, s.live.passed_whole(s.state)
+            if seen and not s.state.multi:
+                checks = tuple(c for c in checks if c.name not in seen)
         for out in outputs(call.req.kind, answer):
-            bad = failed or self._tel.run_checks(call.checks, out, call.req.facts)
+            bad = failed or self._tel.run_checks(checks, out, call.req.facts)
             if bad is None:
                 continue
             if not how.deliver:

@@ -57,3 +57,15 @@ class LiveChecks:
         self._last = self._seen = state.chars
         out = Output(state.tail(self._window), None, [])
         return run_checks(self._leak + self._periodic, out, self._facts)
+
+    def passed_whole(self, state: StreamState) -> frozenset[str]:
+        """Checks whose verdict on the whole text is known to be a pass: the leak check saw
+        every character; the periodic ones ran at the final length on a window that held
+        all of it (with no finish reason: the repetition check reads "length" as well)."""
+        names: set[str] = set()
+        if self._leak and self._seen == state.chars:
+            names.update(c.name for c in self._leak)
+        whole = self._last == state.chars and state.chars <= self._window
+        if whole and state.finish_reason != "length":
+            names.update(c.name for c in self._periodic)
+        return frozenset(names)
