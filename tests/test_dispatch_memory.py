@@ -551,3 +551,32 @@ async def test_a_leak_in_a_short_answer_is_caught_non_streamed() -> None:
     out = await rig.dispatcher.complete(rig.call())
     assert out.tier == "standard"
     assert [f.kind for f in out.trail.failures] == ["check_template_leak"]
+
+
+@aio
+async def test_an_answer_that_arrives_as_the_client_leaves_gives_its_slot_back() -> None:
+    from gateway.dispatch.hedge import race
+
+    class Start:
+        discarded = False
+
+        def discard(self) -> None:
+            self.discarded = True
+
+    start = Start()
+    outer: asyncio.Future[Any] | None = None
+
+    async def first() -> Start:
+        await asyncio.sleep(0.01)
+        assert outer is not None
+        asyncio.get_running_loop().call_soon(outer.cancel)  # the client leaves now
+        return start
+
+    async def second() -> Start:
+        await asyncio.sleep(10)
+        return Start()
+
+    outer = asyncio.ensure_future(race(first, second, asyncio.Event(), 1.0, lambda: True))
+    with pytest.raises(asyncio.CancelledError):
+        await outer
+    assert start.discarded

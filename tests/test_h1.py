@@ -342,3 +342,20 @@ def test_get_reads_status_and_body() -> None:
         server.close()
 
     run(main())
+
+
+async def _huge_head(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+    await read_request(r)
+    w.write(b"HTTP/1.1 200 OK\r\nX-Flood: ")
+    for _ in range(200):  # 2 MB of one header value, never ending
+        w.write(b"x" * 10_000)
+        await w.drain()
+    await asyncio.sleep(10)
+
+
+def test_an_endless_head_is_refused_early() -> None:
+    async def main() -> None:
+        e = await failure(_huge_head)
+        assert e.kind == "upstream" and "head is over" in e.detail
+
+    run(main())

@@ -103,6 +103,7 @@ class Router:
         if hint is not None:
             chain = chain[chain.index(hint) :] if hint in chain else (hint, *chain)
             why = [f"tier={hint} pinned by {hint_by}"]
+            arm = None  # pinned: not part of the canary's comparison
         if p.allowed_tiers is not None:
             if hint is not None and hint not in p.allowed_tiers:
                 raise PermissionDenied(

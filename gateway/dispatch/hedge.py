@@ -59,9 +59,13 @@ async def race(
     Raises the first's :class:`AttemptError` when it fails unhedged, :class:`BothFailed`
     when both did."""
     t1: asyncio.Future[T] = asyncio.ensure_future(first())
-    await _until_done_or(t1, delay)
-    if t1.done() or first_token.is_set() or not allow():
-        return 0, False, await t1
+    try:
+        await _until_done_or(t1, delay)
+        if t1.done() or first_token.is_set() or not allow():
+            return 0, False, await t1
+    except BaseException:
+        _drop_unused(None, t1)  # it answered as the client left: give its slot back
+        raise
     t2: asyncio.Future[T] = asyncio.ensure_future(second())
     pending: set[asyncio.Future[Any]] = {t1, t2}
     last: AttemptError | None = None

@@ -62,6 +62,9 @@ class StreamStart:
             self.pool.record(False)
 
 
+_MIN_ATTEMPT_S = 0.05  # an attempt with less time than this left is not started
+
+
 class StreamOpener:
     def __init__(self, telemetry: Telemetry, book: LatencyBook):
         self._tel = telemetry
@@ -74,6 +77,9 @@ class StreamOpener:
         rep, queued = await pool.acquire(call.ticket, call.affinity, how.until)
         trail.queue_s += queued  # time in the queue counts against the deadline
         remaining = how.until - time.monotonic()
+        if remaining < _MIN_ATTEMPT_S:  # the queue took the attempt's time: not the engine's
+            pool.release(rep, None)
+            raise AttemptError("queue_timeout", "no time left after the queue", timeout=True)
         ttft = min(pool.tier.timeouts.ttft, call.d.ttft_budget, remaining)
         cfg = pool.tier.stream
         s = StreamStart(
@@ -105,7 +111,8 @@ class StreamOpener:
                 trail.checks_failed = bad.check
         except TimeoutError:
             _abandon(s)
-            pool.record(False)
+            if ttft < remaining:  # the engine's own limit, not what the deadline left it
+                pool.record(False)
             raise AttemptError(
                 "timeout_ttft", f"no first token within {ttft:.2f}s", timeout=True
             ) from None

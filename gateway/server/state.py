@@ -160,7 +160,8 @@ class Gateway:
     async def _share_metrics(self, folder: Path) -> None:
         while True:
             with contextlib.suppress(OSError):
-                write_snapshot(folder, self.settings.worker_id, self.telemetry.prometheus())
+                own = self.telemetry.prometheus() + self.runtime.pools.prometheus()
+                write_snapshot(folder, self.settings.worker_id, own)
             await asyncio.sleep(1.0)
 
     async def _listen(self) -> None:

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 import httptools
 
 _HIGH_WATER = 1 << 20  # bytes buffered before the engine's socket stops being read
+MAX_HEAD_BYTES = 64 << 10  # status line and headers of an engine's answer
 
 
 class Stale(Exception):
@@ -76,6 +77,7 @@ class Conn(asyncio.Protocol):
         self._buffered = 0
         self._paused = False
         self.head_done = False
+        self._head_bytes = 0
         self._reusable = False
         self.complete = False
         self.seen_bytes = False
@@ -91,6 +93,11 @@ class Conn(asyncio.Protocol):
         except httptools.HttpParserError as e:
             self._error = BadHttp(str(e)[:120])
             self.close()
+        if not self.head_done:
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD_BYTES:  # a status line and headers, not a flood
+                self._error = BadHttp(f"the answer's head is over {MAX_HEAD_BYTES} bytes")
+                self.close()
         self._wake()
 
     def eof_received(self) -> bool:

@@ -438,19 +438,18 @@ class Pools:
 
     def prometheus(self) -> bytes:
         """The queues' gauges and shed counts, in Prometheus text (an autoscaler's signal)."""
-        lines = [
-            "# HELP gateway_queue_waiting requests waiting in the gateway for a free slot",
-            "# TYPE gateway_queue_waiting gauge",
-            "# HELP gateway_saturated 1 while every slot of the tier is taken and some wait",
-            "# TYPE gateway_saturated gauge",
-            "# HELP gateway_shed_total requests refused because they could not start in time",
-            "# TYPE gateway_shed_total counter",
-        ]
-        for name, p in self.by_tier.items():
-            g = p.gate
-            lines.append(f'gateway_queue_waiting{{tier="{name}"}} {g.waiting}')
-            lines.append(f'gateway_saturated{{tier="{name}"}} {int(g.saturated)}')
-            lines.append(f'gateway_shed_total{{tier="{name}"}} {g.shed}')
+        families = (
+            ("gateway_queue_waiting", "gauge", "requests waiting in the gateway for a slot"),
+            ("gateway_saturated", "gauge", "1 while every slot of the tier is taken and some wait"),
+            ("gateway_shed_total", "counter", "requests refused: they could not start in time"),
+        )
+        lines: list[str] = []
+        for i, (fam, kind, doc) in enumerate(families):  # one family at a time, as the
+            lines += [f"# HELP {fam} {doc}", f"# TYPE {fam} {kind}"]  # text format requires
+            for name, p in self.by_tier.items():
+                g = p.gate
+                value = (g.waiting, int(g.saturated), g.shed)[i]
+                lines.append(f'{fam}{{tier="{name}"}} {value}')
         return ("\n".join(lines) + "\n").encode()
 
     def start(self) -> None:
