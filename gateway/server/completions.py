@@ -198,7 +198,7 @@ async def _relay(
         relay.abandon()
         _account(gw, ex)
         raise
-    ex.first_byte = time.perf_counter()
+    ex.mark_first_byte()
     try:
         await _drive(relay, resp if wire is None else wire.sink(resp), ex)
     finally:

@@ -52,6 +52,7 @@ class Exchange:
     tier: str = "none"
     usage: dict[str, Any] | None = None
     first_byte: float | None = None
+    waited_at_first_byte: float = 0.0  # a stream's overhead ends at its first byte
     admission: Admission | None = None
     slot: str | None = None  # the admission's in-flight member (released at the end)
     cost: float | None = None  # USD, at the answering tier's price (None: it has none)
@@ -81,10 +82,20 @@ class Exchange:
             h[H_COST] = usd(self.cost)
         return h
 
-    def _overhead(self, until: float) -> float:
+    def _waited(self) -> float:
         t = self.trail
-        waited = (t.upstream_s + t.backoff_s + t.queue_s) if t is not None else 0.0
-        return until - self.t0 - waited
+        return (t.upstream_s + t.backoff_s + t.queue_s) if t is not None else 0.0
+
+    def mark_first_byte(self) -> None:
+        """The stream's head went out: what it waited so far is final for its overhead
+        (a continuation later waits on an engine too, after the first byte)."""
+        self.first_byte = time.perf_counter()
+        self.waited_at_first_byte = self._waited()
+
+    def _overhead(self, until: float) -> float:
+        if self.stream and self.first_byte is not None and until >= self.first_byte:
+            return self.first_byte - self.t0 - self.waited_at_first_byte
+        return until - self.t0 - self._waited()
 
     def record(self) -> RequestRecord:
         now = time.perf_counter()

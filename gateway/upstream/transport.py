@@ -145,7 +145,7 @@ class JsonAsStream:
             parts.append(chunk)
             size += len(chunk)
             if size > MAX_JSON_ANSWER:
-                raise AttemptError("bad_body", "the answer is over the size limit")
+                raise AttemptError("too_large", "the answer is over the size limit")
         self._done = True
         return json_as_events(b"".join(parts))
 
