@@ -113,7 +113,10 @@ def test_traces_go_to_the_otlp_collector(
     assert attrs["gen_ai.request.model"].string_value == "auto"
     assert attrs["tier"].string_value == "standard"
     assert attrs["gateway.fallback_reason"].string_value == "check_template_leak"
-    assert {"attempt highspeed", "attempt standard", "check template_leak"} <= set(by_name)
+    assert {"attempt highspeed", "attempt standard"} <= set(by_name)
+    # the final checks of the answer that passed, one span each (those the live phase
+    # already passed on the whole text are not run twice)
+    assert any(name.startswith("check ") for name in by_name)
     assert by_name["attempt highspeed"].parent_span_id == root.span_id
 
 
