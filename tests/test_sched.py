@@ -61,6 +61,31 @@ def test_tenants_share_a_band_round_robin_and_interactive_overtakes_batch() -> N
     asyncio.run(go())
 
 
+def test_fair_share_is_weighted_by_the_tenants_policy() -> None:
+    """A tenant with share_weight 3 is served three requests per turn to another's one."""
+
+    async def go() -> None:
+        g = Gate(1)
+        await g.acquire(A, time.monotonic() + 1)
+        order: list[str] = []
+        heavy, light = Ticket("heavy", 1, weight=3), Ticket("light", 1)
+        tasks = [asyncio.create_task(_hold(g, heavy, order, f"h{i}")) for i in range(6)]
+        await asyncio.sleep(0)
+        tasks += [asyncio.create_task(_hold(g, light, order, f"l{i}")) for i in range(3)]
+        await asyncio.sleep(0)
+        g.release(0.01)
+        await asyncio.gather(*tasks)
+        assert order == ["h0", "h1", "h2", "l0", "h3", "h4", "h5", "l1", "l2"]
+        assert g.busy == 0 and g.waiting == 0 and not g._turn
+
+    asyncio.run(go())
+
+
+def test_a_ticket_takes_the_policy_weight() -> None:
+    assert Ticket.of("t", "batch", 0, 4) == Ticket("t", 2, 4)
+    assert Ticket.of("t", "interactive", -1, 0).weight == 1  # never below one
+
+
 def test_a_waiter_that_leaves_leaves_the_queue_and_slots_are_never_lost() -> None:
     async def go() -> None:
         g = Gate(1)

@@ -102,7 +102,8 @@ async def _serve(
         want = _worst_case(rt, d, req, gw.settings) if eff.policy.has_budget else NO_RESERVE
         ex.admission = await gw.access.admit(eff, slot, want)
         ex.slot = slot
-        ticket = Ticket.of(eff.tenant_id, d.cls.sla, eff.policy.priority_shift or 0)
+        p = eff.policy
+        ticket = Ticket.of(eff.tenant_id, d.cls.sla, p.priority_shift or 0, p.share_weight or 1)
         call = rt.dispatcher.call(req, d, time.monotonic() + d.deadline, ticket)
         if req.stream:
             ex.stream = True

@@ -57,6 +57,9 @@ class Policy(BaseModel):
     priority_shift: int | None = Field(
         default=None, ge=-2, le=2, description="queue band shift: -1 = one band earlier"
     )
+    share_weight: int | None = Field(
+        default=None, ge=1, le=100, description="queue fair share: requests per round-robin turn"
+    )
     fail_closed: bool | None = Field(
         default=None, description="when the store is unreachable: refuse (503) instead of serve"
     )

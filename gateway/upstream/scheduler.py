@@ -6,8 +6,9 @@ gateway, not in the engine's FIFO:
 
 * **Priority bands** first: interactive (0) before standard (1) before batch (2); a tenant
   policy may shift its requests up or down a band.
-* **Fair share within a band**: one FIFO per tenant, the tenants served round-robin, so a
-  tenant sending 10x the traffic waits behind its own requests, not everyone else's.
+* **Weighted fair share within a band**: one FIFO per tenant, the tenants served in
+  weighted round-robin (a tenant's policy ``share_weight`` requests per turn, default 1),
+  so a tenant sending 10x the traffic waits behind its own requests, not everyone else's.
 * **Shedding**: a request whose estimated start (the queue ahead of it x the pool's
   observed service time / capacity) is past its attempt's end is refused at once
   (``AttemptError("shed")``: the next tier, or a 429 with ``Retry-After``). With
@@ -41,11 +42,12 @@ class Ticket:
 
     tenant: str = ""
     priority: int = 1
+    weight: int = 1  # requests served per turn of the round-robin
 
     @classmethod
-    def of(cls, tenant: str | None, sla: str, shift: int = 0) -> Ticket:
+    def of(cls, tenant: str | None, sla: str, shift: int = 0, weight: int = 1) -> Ticket:
         band = PRIORITY.get(sla, 1) + shift
-        return cls(tenant or "", min(BANDS - 1, max(0, band)))
+        return cls(tenant or "", min(BANDS - 1, max(0, band)), max(1, weight))
 
 
 ANYONE = Ticket()  # no tenant, the standard band
@@ -69,6 +71,7 @@ class Gate:
         self.shed = 0  # requests refused since start (a metric)
         self.service_s: float | None = None  # moving average of a slot's hold time
         self._bands: list[OrderedDict[str, deque[_Waiter]]] = [OrderedDict() for _ in range(BANDS)]
+        self._turn: dict[tuple[int, str], int] = {}  # served in the current turn, by tenant
 
     @property
     def saturated(self) -> bool:
@@ -155,14 +158,18 @@ class Gate:
         self.waiting += 1
 
     def _pop(self) -> _Waiter | None:
-        for band in self._bands:
+        for b, band in enumerate(self._bands):
             while band:
                 tenant, q = next(iter(band.items()))
                 w = q.popleft()
-                if q:
-                    band.move_to_end(tenant)  # round-robin: the next tenant's turn
-                else:
+                key = (b, tenant)
+                served = self._turn.pop(key, 0) + 1
+                if not q:
                     del band[tenant]
+                elif served >= w.ticket.weight:
+                    band.move_to_end(tenant)  # weighted round-robin: the next tenant's turn
+                else:
+                    self._turn[key] = served
                 self.waiting -= 1
                 if not w.fut.done():
                     return w
@@ -176,6 +183,7 @@ class Gate:
             self.waiting -= 1
             if not q:
                 del band[w.ticket.tenant]
+                self._turn.pop((w.ticket.priority, w.ticket.tenant), None)
 
     def _newest_below(self, priority: int) -> _Waiter | None:
         for band in reversed(self._bands[priority + 1 :]):
