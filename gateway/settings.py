@@ -65,6 +65,11 @@ class Settings(BaseSettings):
     metrics_tenant_label: bool = Field(
         default=False, description='label metrics with tenant ids (off: tenant="all")'
     )
+    unready_when_saturated: bool = Field(
+        default=False,
+        description="/readyz answers 503 while requests wait in a tier's queue for an "
+        "engine slot (a load balancer then sends new requests to another replica)",
+    )
     key_secret: SecretStr | None = Field(
         default=None, description="HMAC secret for API key digests; shared by every replica"
     )

@@ -86,6 +86,22 @@ def test_a_ticket_takes_the_policy_weight() -> None:
     assert Ticket.of("t", "interactive", -1, 0).weight == 1  # never below one
 
 
+def test_an_engine_that_queues_itself_makes_the_gateway_queue_instead() -> None:
+    async def go() -> None:
+        g = Gate(8)
+        g.engine_backlog = True  # SGLang's num_queue_reqs > 0 at the last scrape
+        assert await g.acquire(A, time.monotonic() + 1) == 0.0  # nothing in flight: it goes
+        waiter = asyncio.create_task(g.acquire(B, time.monotonic() + 1))
+        await asyncio.sleep(0.02)
+        assert not waiter.done() and g.waiting == 1  # 7 slots free, but the engine queues
+        g.release(0.02)  # the slot passes to the waiter
+        assert await waiter >= 0.0 and g.busy == 1
+        g.engine_backlog = False
+        assert await g.acquire(A, time.monotonic() + 1) == 0.0 and g.busy == 2
+
+    asyncio.run(go())
+
+
 def test_a_waiter_that_leaves_leaves_the_queue_and_slots_are_never_lost() -> None:
     async def go() -> None:
         g = Gate(1)
@@ -196,7 +212,8 @@ def gw(slot_engine: str, prefix: str, tmp_path_factory: pytest.TempPathFactory) 
     rules["tiers"]["highspeed"]["max_concurrency"] = SLOTS
     rules["sla_classes"]["tight"] = {"deadline": 0.4, "ttft_budget": 0.4}
     urls = {"highspeed": slot_engine, "standard": slot_engine}
-    proc, url = start_gateway(tmp_path_factory.mktemp("gw"), rules, urls, tenancy_env(prefix))
+    env = {**tenancy_env(prefix), "GATEWAY_UNREADY_WHEN_SATURATED": "true"}
+    proc, url = start_gateway(tmp_path_factory.mktemp("gw"), rules, urls, env)
     yield proc, url
     proc.stop()
 
@@ -273,14 +290,17 @@ def test_readyz_reports_saturation(gw: Any) -> None:
             await asyncio.sleep(0.3)
             async with s.get(f"{url}/readyz") as r:
                 body: dict[str, Any] = await r.json()
+                body["status"] = r.status
             await asyncio.gather(*tasks)
             async with s.get(f"{url}/readyz") as r:
                 body["after"] = await r.json()
+                body["after"]["status"] = r.status
             return body
 
     body = asyncio.run(go())
     assert body["saturated"] is True and body["saturated_tiers"]["highspeed"] is True
-    assert body["after"]["saturated"] is False
+    assert body["status"] == 503  # GATEWAY_UNREADY_WHEN_SATURATED: a load balancer's signal
+    assert body["after"]["saturated"] is False and body["after"]["status"] == 200
 
 
 def test_evals_sched_runs_small(tmp_path: Any) -> None:

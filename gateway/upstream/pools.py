@@ -252,6 +252,8 @@ class Pool:
                 if status == 200:
                     for key, value in parse_metrics(text).items():
                         setattr(rep, key, value)
+                    # the engines' own queue refines the gate's capacity (see Gate)
+                    self.gate.engine_backlog = any(r.queued > 0 for r in self.replicas)
 
     @property
     def model(self) -> str:

@@ -9,6 +9,10 @@ gateway, not in the engine's FIFO:
 * **Weighted fair share within a band**: one FIFO per tenant, the tenants served in
   weighted round-robin (a tenant's policy ``share_weight`` requests per turn, default 1),
   so a tenant sending 10x the traffic waits behind its own requests, not everyone else's.
+* **Capacity refined by the engines**: while SGLang's scraped metrics show requests
+  queued inside an engine (``num_queue_reqs``), the capacity is what is in flight now
+  (at least one): new requests wait here, in priority and fair-share order, not in the
+  engine's FIFO, and go as slots are given back.
 * **Shedding**: a request whose estimated start (the queue ahead of it x the pool's
   observed service time / capacity) is past its attempt's end is refused at once
   (``AttemptError("shed")``: the next tier, or a 429 with ``Retry-After``). With
@@ -69,6 +73,7 @@ class Gate:
         self.busy = 0
         self.waiting = 0
         self.shed = 0  # requests refused since start (a metric)
+        self.engine_backlog = False  # the engines queue requests themselves (scraped)
         self.service_s: float | None = None  # moving average of a slot's hold time
         self._bands: list[OrderedDict[str, deque[_Waiter]]] = [OrderedDict() for _ in range(BANDS)]
         self._turn: dict[tuple[int, str], int] = {}  # served in the current turn, by tenant
@@ -91,7 +96,11 @@ class Gate:
 
     async def acquire(self, ticket: Ticket, until: float) -> float:
         """Take a slot, waiting at most until ``until`` (monotonic); the seconds waited."""
-        if self.capacity is None or (self.busy < self.capacity and not self.waiting):
+        if self.capacity is None or (
+            self.busy < self.capacity
+            and not self.waiting
+            and (not self.engine_backlog or not self.busy)  # one always goes: progress
+        ):
             self.busy += 1
             return 0.0
         self._admit(ticket, until)
