@@ -152,3 +152,30 @@ def test_content_encodings(gateway: str) -> None:
         assert status == want, body
         if code is not None:
             assert body["error"]["code"] == code
+
+
+def test_a_rules_swap_keeps_the_queue_of_unchanged_engines() -> None:
+    """Requests still running on the old pools hold slots: new pools of the same engines
+    and capacity share the old gate, so the engines never see twice max_concurrency."""
+    from gateway.core.rules import Rules
+    from gateway.server.state import _inherit_models
+    from gateway.upstream.pools import Pools
+    from tests.conftest import rules_for_tests
+
+    raw = rules_for_tests()
+    raw["tiers"]["highspeed"]["max_concurrency"] = 4
+    def pools(r: dict[str, Any]) -> Pools:
+        return Pools(Rules.model_validate(r).tiers, transport=lambda name, tier: None)  # type: ignore[arg-type,return-value]
+
+    old = pools(raw)
+    old.by_tier["highspeed"].gate.busy = 3  # three requests in flight on the old rules
+    raw2 = copy.deepcopy(raw)
+    raw2["tiers"]["highspeed"]["max_queue"] = 7
+    raw3 = copy.deepcopy(raw)
+    raw3["tiers"]["highspeed"]["max_concurrency"] = 8
+    same, bigger = pools(raw2), pools(raw3)
+    _inherit_models(same, old)
+    _inherit_models(bigger, old)
+    assert same.by_tier["highspeed"].gate is old.by_tier["highspeed"].gate
+    assert same.by_tier["highspeed"].gate.busy == 3 and same.by_tier["highspeed"].gate.max_queue == 7
+    assert bigger.by_tier["highspeed"].gate.busy == 0  # a new capacity: a new gate

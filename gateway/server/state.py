@@ -202,12 +202,19 @@ def _runtime(rules: Rules, pools: Pools, tel: Telemetry, store: Store | None) ->
 
 
 def _inherit_models(new: Pools, old: Pools) -> None:
-    """What the old pools discovered, for new pools of the same engines (until re-probed)."""
+    """What the old pools discovered, for new pools of the same engines (until re-probed);
+    and their queue, so requests still running on the old pools keep counting against the
+    engines' capacity (a fresh gate would let twice ``max_concurrency`` through)."""
     for name, p in new.by_tier.items():
         was = old.by_tier.get(name)
-        if was is not None and p.tier.model is None and was.tier.endpoints == p.tier.endpoints:
+        if was is None or was.tier.endpoints != p.tier.endpoints:
+            continue
+        if p.tier.model is None:
             p.models.served = dict(was.models.served)
             p.models.chosen, p.models.disagree = was.models.chosen, was.models.disagree
+        if p.gate.capacity is not None and p.gate.capacity == was.gate.capacity:
+            p.gate = was.gate
+            p.gate.max_queue = p.tier.max_queue
 
 
 def _models_body(rules: Rules, served: dict[str, str]) -> bytes:
