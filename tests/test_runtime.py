@@ -177,5 +177,6 @@ def test_a_rules_swap_keeps_the_queue_of_unchanged_engines() -> None:
     _inherit_models(same, old)
     _inherit_models(bigger, old)
     assert same.by_tier["highspeed"].gate is old.by_tier["highspeed"].gate
-    assert same.by_tier["highspeed"].gate.busy == 3 and same.by_tier["highspeed"].gate.max_queue == 7
+    kept = same.by_tier["highspeed"].gate
+    assert kept.busy == 3 and kept.max_queue == 7
     assert bigger.by_tier["highspeed"].gate.busy == 0  # a new capacity: a new gate
