@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+import zlib
 from typing import Any
 
 import orjson
@@ -32,6 +33,7 @@ from gateway.server.exchange import Exchange
 from gateway.server.responses import JSON, error_response, request_id
 from gateway.server.state import GATEWAY, Runtime
 from gateway.tenancy.tenants import Effective
+from gateway.upstream.scheduler import ANYONE, Ticket
 from gateway.upstream.transport import AttemptError
 
 _DEADLINE_S = 60.0  # embeddings are short; the whole request, every tier tried
@@ -50,7 +52,7 @@ async def embeddings(request: web.Request) -> web.Response:
         gw.telemetry.record(ex.record())
         eff, slot = ex.eff, ex.slot
         if slot is not None and eff is not None and eff.tenant_id is not None:
-            gw.spawn(gw.access.done(eff, slot, ex.tier, ex.usage, ex.error))
+            gw.spawn(gw.access.done(eff, slot, ex.tier, ex.usage, ex.error, ex.cost))
 
 
 async def _serve(request: web.Request, rt: Runtime, ex: Exchange) -> web.Response:
@@ -70,6 +72,7 @@ async def _serve(request: web.Request, rt: Runtime, ex: Exchange) -> web.Respons
         ex.slot = slot
         ex.tier, answer = await _send(rt, tiers, body, ex)
         ex.usage = _usage(answer)
+        ex.cost = rt.pools[ex.tier].cost(ex.usage)
     except GatewayError as e:
         ex.status, ex.error = e.status, e.code
         return error_response(e, ex.rid, _explain(ex))
@@ -120,11 +123,13 @@ async def _send(
                 Failure(tier, "unavailable", "circuit open or no replica up", False)
             )
             continue
-        rep = pool.choose(0)
         payload = orjson.dumps({**body, "model": pool.model})
-        rep.in_flight += 1
         t0 = time.perf_counter()
-        try:
+        rep = None
+        try:  # through the tier's queue like a completion: capacity, fair share, shedding
+            rep, queued = await pool.acquire(_ticket(ex), zlib.crc32(payload[:512]), deadline)
+            trail.queue_s += queued
+            t0 = time.perf_counter()
             answer = await pool.post(rep, "/v1/embeddings", payload, pool.limits(left, False))
         except AttemptError as e:
             if not e.retryable:
@@ -134,12 +139,22 @@ async def _send(
             last = e
             continue
         finally:
-            rep.in_flight -= 1
-            trail.upstream_s += time.perf_counter() - t0
+            held = time.perf_counter() - t0
+            if rep is not None:
+                pool.release(rep, held)
+                trail.upstream_s += held
         pool.record(True)
         return tier, answer
     msg = "Every embedding tier failed: " + "; ".join(f.short() for f in trail.failures) + "."
     raise (UpstreamTimeout(msg) if last is not None and last.timeout else UpstreamFailed(msg))
+
+
+def _ticket(ex: Exchange) -> Ticket:
+    eff = ex.eff
+    if eff is None:
+        return ANYONE
+    p = eff.policy
+    return Ticket.of(eff.tenant_id, "standard", p.priority_shift or 0, p.share_weight or 1)
 
 
 def _usage(answer: bytes) -> dict[str, Any] | None:
