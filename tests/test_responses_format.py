@@ -14,6 +14,7 @@ from gateway.server.responses_stream import ResponsesSink
 from gateway.settings import load_settings
 from gateway.upstream.discovery import ModelBook, model_ids
 from gateway.upstream.responses_events import ResponsesAsChat, response_as_chat
+from gateway.upstream.transport import AttemptError
 
 
 def test_request_translation() -> None:
@@ -267,3 +268,17 @@ def test_settings_read_pool_models_and_cors() -> None:
     assert s.pool_urls == {"standard": ("http://a:1",)}
     assert s.cors() == frozenset({"https://a.example", "https://b.example"})
     assert load_settings({}).cors() == frozenset()
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_native_responses_answer_keeps_the_tiers_size_limits(stream: bool) -> None:
+    big = _ev("response.output_text.delta", delta="x" * 5000)
+
+    async def read_all() -> None:
+        s = ResponsesAsChat(_Up([big, big, big]), stream, max_event=4096, max_total=8192)
+        while await s.read():
+            pass
+
+    with pytest.raises(AttemptError) as e:
+        asyncio.run(read_all())
+    assert e.value.kind == "too_large"

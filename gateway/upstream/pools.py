@@ -323,7 +323,9 @@ class Pool:
             if e.kind == "connect":
                 rep.up = False  # refused: no traffic until a probe says otherwise
             raise
-        return ResponsesAsChat(up, stream) if path == RESPONSES_PATH else up
+        if path != RESPONSES_PATH:
+            return up
+        return ResponsesAsChat(up, stream, self.tier.max_event_bytes, self.tier.max_answer_bytes)
 
     async def post(self, rep: Replica, path: str, body: bytes, limits: Timeouts) -> bytes:
         """POST and read the whole 200 answer (a non-streamed request)."""

@@ -142,12 +142,19 @@ def response_as_chat(body: bytes) -> bytes:
 class ResponsesAsChat:
     """Wraps the engine's open answer to ``POST /v1/responses`` (see the module doc)."""
 
-    __slots__ = ("_done", "_framer", "_inner", "_stream", "_tr")
+    __slots__ = ("_done", "_framer", "_inner", "_limit", "_stream", "_tr")
 
-    def __init__(self, inner: UpstreamStream, stream: bool):
+    def __init__(
+        self,
+        inner: UpstreamStream,
+        stream: bool,
+        max_event: int = 8 << 20,
+        max_total: int = 64 << 20,
+    ):
         self._inner = inner
         self._stream = stream
-        self._framer = SSEFramer()
+        self._framer = SSEFramer(max_event, max_total)  # the tier's limits, on every event
+        self._limit = max_total
         self._tr = _Translator()
         self._done = False
 
@@ -168,9 +175,12 @@ class ResponsesAsChat:
     async def _read_whole(self) -> bytes:
         if self._done:
             return b""
-        parts = []
+        parts, size = [], 0
         while chunk := await self._inner.read():
             parts.append(chunk)
+            size += len(chunk)
+            if size > self._limit:
+                raise AttemptError("too_large", f"the answer is over {self._limit} bytes")
         self._done = True
         return response_as_chat(b"".join(parts))
 
