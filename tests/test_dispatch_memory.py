@@ -580,3 +580,17 @@ async def test_an_answer_that_arrives_as_the_client_leaves_gives_its_slot_back()
     with pytest.raises(asyncio.CancelledError):
         await outer
     assert start.discarded
+
+
+@aio
+async def test_hedged_attempts_waiting_side_by_side_count_their_wait_once() -> None:
+    """Both tiers are slow to a token: summed, their waits would exceed the time the race
+    took and zero the overhead the gateway reports."""
+    slow = Reply(chunks=events(["Late."]), delay=0.4)
+    std = Reply(chunks=events(["Standard answer."]), delay=0.2)
+    rig = Rig(by_tier(highspeed=slow, standard=std), hedge_after=0.05)
+    t0 = time.monotonic()
+    out = await rig.dispatcher.complete(rig.call())
+    took = time.monotonic() - t0
+    assert out.tier == "standard" and out.trail.hedge is not None
+    assert 0.2 <= out.trail.upstream_s <= took + 0.01

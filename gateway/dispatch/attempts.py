@@ -174,13 +174,17 @@ class Dispatcher:
         second = self._how(call, tiers, tiers[1])
         assert first.first_token is not None
         delay = self._hedge_delay(call.d.hedge_after, tiers[0])
-        won, fired, value = await race(
-            lambda: self._tier(tiers[0], attempt, first, trail),
-            lambda: self._tier(tiers[1], attempt, second, trail),
-            first.first_token,
-            delay,
-            self.hedges.take,
-        )
+        waits = (trail.upstream_s, trail.queue_s, time.perf_counter())
+        try:
+            won, fired, value = await race(
+                lambda: self._tier(tiers[0], attempt, first, trail),
+                lambda: self._tier(tiers[1], attempt, second, trail),
+                first.first_token,
+                delay,
+                self.hedges.take,
+            )
+        finally:
+            _overlapping_waits(trail, waits)
         if fired:
             trail.hedge = f"{tiers[1]} after {delay:.2g}s; {tiers[won]} won"
         return tiers[won], value
@@ -266,3 +270,12 @@ class Dispatcher:
         if trail.failures and trail.failures[-1].timeout:
             return UpstreamTimeout(msg)
         return UpstreamFailed(msg)
+
+
+def _overlapping_waits(trail: Trail, before: tuple[float, float, float]) -> None:
+    """Two hedged attempts wait side by side: their waits count once, up to the time the
+    race took (summed, they would exceed it and zero the reported overhead)."""
+    upstream, queue, t0 = before
+    took = time.perf_counter() - t0
+    trail.upstream_s = upstream + min(trail.upstream_s - upstream, took)
+    trail.queue_s = queue + min(trail.queue_s - queue, took)
