@@ -173,6 +173,23 @@ def test_redis_admit_reserves_and_settle_gives_back(prefix: str) -> None:
     _redis(prefix, run)
 
 
+def test_settling_twice_counts_once(prefix: str) -> None:
+    """A retry after a lost reply (the script ran, the answer did not come back) must not
+    count the usage twice nor give the hold back twice."""
+    p = Policy(token_budget=TokenBudget(tokens=1000))
+
+    async def run(s: RedisStore) -> None:
+        tid = "t-" + uuid.uuid4().hex[:6]
+        a = await s.admit(tid, "r1", p, Reserve(600, 0))
+        used = Used("highspeed", 10, 20, None, 0, settle_id="adm_r1")
+        await s.record_usage(tid, used, p, a.hold)
+        await s.record_usage(tid, used, p, a.hold)  # the retry
+        t = await s._r.get(s._t(tid, "budget:" + budget_period("day", time.time())))
+        assert int(t) == 30
+
+    _redis(prefix, run)
+
+
 def test_local_limiter_reserves_the_same_way() -> None:
     lim = LocalLimiter()
     p = Policy(token_budget=TokenBudget(tokens=100))

@@ -159,11 +159,16 @@ class Access:
         micro = round((cost or 0.0) * 1e6)  # counted in micro-USD: integers, atomic in Redis
         if eff.policy.max_concurrent_requests:
             await self.release(eff.tenant_id, rid)
-        try:
-            used = Used(tier, prompt, completion, fallback, micro)
-            await self.store.record_usage(eff.tenant_id, used, eff.policy, hold)
-        except StoreUnavailable:
-            self._local.debit(eff.tenant_id, prompt + completion, eff.policy, micro_usd=micro)
+        used = Used(tier, prompt, completion, fallback, micro, settle_id=rid)
+        for pause in (0.0, *_RELEASE_RETRY):  # settling is idempotent: retried, so a blip
+            if pause:  # never leaves the worst-case reservation standing in the budget
+                await asyncio.sleep(pause)
+            try:
+                await self.store.record_usage(eff.tenant_id, used, eff.policy, hold)
+                return
+            except StoreUnavailable:
+                continue
+        self._local.debit(eff.tenant_id, prompt + completion, eff.policy, micro_usd=micro)
 
     async def release(self, tenant_id: str, rid: str) -> None:
         """Free a concurrency slot, retried: a slot left behind counts against the tenant

@@ -157,6 +157,9 @@ return {1, '', 0, math.floor(rt), math.floor(tt)}
 #       tokens held, micro-USD held (given back to the held counters, which may be of an
 #       earlier period; one that expired meanwhile has nothing to give back)
 DEBIT_LUA = """
+if KEYS[6] and not redis.call('SET', KEYS[6], '1', 'NX', 'EX', 86400) then
+  return 0  -- settled already (a retry after a lost reply): count it once
+end
 local now, tpm, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 if tpm > 0 then
   local b = redis.call('HMGET', KEYS[1], 't', 'ts')

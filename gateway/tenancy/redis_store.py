@@ -238,16 +238,12 @@ class RedisStore:
         p: Policy,
         hold: Hold | None = None,
     ) -> None:
-        """Count the usage and settle the admission's hold, in one atomic script."""
+        """Settle the admission's hold and count the usage against the limits, in one
+        atomic script (idempotent with ``used.settle_id``: a retry after a lost reply counts
+        once), then the usage statistics."""
         now = time.time()
         tp = budget_period(p.token_budget.period if p.token_budget else "day", now)
         cp = budget_period(p.cost_budget.period if p.cost_budget else "day", now)
-        pipe = self._r.pipeline(transaction=False)
-        ukey = self._t(tenant_id, "usage:" + today())
-        for k, n in usage_fields(used):
-            pipe.hincrby(ukey, k, n)
-        pipe.expire(ukey, 40 * 86400)
-        await self._call(pipe.execute())
         keys = [
             self._t(tenant_id, "tpm"),
             self._t(tenant_id, "budget:" + tp),
@@ -265,7 +261,15 @@ class RedisStore:
             hold.tokens if hold else 0,
             hold.micro_usd if hold else 0,
         ]
+        if used.settle_id:
+            keys.append(self._t(tenant_id, "settled:" + used.settle_id))
         await self._call(self._debit(keys=keys, args=args))
+        pipe = self._r.pipeline(transaction=False)
+        ukey = self._t(tenant_id, "usage:" + today())
+        for k, n in usage_fields(used):
+            pipe.hincrby(ukey, k, n)
+        pipe.expire(ukey, 40 * 86400)
+        await self._call(pipe.execute())
 
     async def usage(self, tenant_id: str, day: str | None = None) -> dict[str, int]:
         raw = await self._call(self._r.hgetall(self._t(tenant_id, "usage:" + (day or today()))))

@@ -100,6 +100,7 @@ class Used:
     completion: int
     fallback: str | None = None
     micro_usd: int = 0
+    settle_id: str | None = None  # the request's own id: settling twice counts once
 
     @property
     def tokens(self) -> int:
