@@ -588,3 +588,36 @@ def test_shadow_sampling_compares_with_standard_off_the_critical_path(
     assert rec["against"] == "standard" and rec["task"] == "chat"
     # "Echo (highspeed): shadow me" vs "Echo (standard): shadow me": 3 of 4 words shared
     assert rec["f1"] == 0.75 and rec["agree"] is True and rec["exact"] is False
+
+
+def test_the_first_call_after_a_redis_restart_reconnects_instead_of_failing() -> None:
+    """Pooled connections that a restarted Redis dropped are stale: the first command on
+    each reconnects once, so a fresh key's lookup is not a 503."""
+    port = free_port()
+    argv = ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"]
+
+    def start() -> subprocess.Popen[bytes]:
+        p = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
+        ping = ["redis-cli", "-p", str(port), "ping"]
+        assert until(lambda: subprocess.run(ping, capture_output=True).stdout.strip() == b"PONG")
+        return p
+
+    async def go() -> int:
+        store = RedisStore(f"redis://127.0.0.1:{port}/0", "gwrestart:")
+        try:
+            await asyncio.gather(*(store.key_by_digest("x") for _ in range(8)))  # 8 pooled
+            nonlocal redis
+            redis.terminate()
+            redis.wait()
+            redis = start()
+            found = [await store.key_by_digest("y") for _ in range(8)]  # none may raise
+            return len(found)
+        finally:
+            await store.close()
+
+    redis = start()
+    try:
+        assert asyncio.run(go()) == 8
+    finally:
+        redis.terminate()
+        redis.wait()

@@ -52,9 +52,14 @@ class RedisStore:
         pool_wait: float | None = None,
     ):
         import redis.asyncio as redis
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+        from redis.exceptions import ConnectionError as RedisConnectionError
 
         # A sized pool that waits (up to ``pool_wait``) for a free connection: redis-py's
-        # default fails at once when full, which made a busy Redis look down.
+        # default fails at once when full, which made a busy Redis look down. A command on
+        # a pooled connection that a restarted Redis dropped reconnects once (otherwise the
+        # first use of each stale connection fails, a fresh key's lookup included).
         self._pool_wait = timeout if pool_wait is None else pool_wait
         pool = redis.BlockingConnectionPool.from_url(
             url,
@@ -63,6 +68,8 @@ class RedisStore:
             socket_timeout=timeout,
             socket_connect_timeout=timeout,
             health_check_interval=5,
+            retry=Retry(NoBackoff(), 1),
+            retry_on_error=[RedisConnectionError],
         )
         self._r = redis.Redis.from_pool(pool)  # closes the pool with the client
         self._p = prefix
