@@ -20,10 +20,19 @@ ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "routing_rules.yaml"
 
 
+_GIVEN: set[int] = set()  # ports handed out in this test run: never twice
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free port, never one handed out before in this run (two calls in a row could get
+    the same port from the kernel: a gateway's data and admin listeners then collide)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _GIVEN:
+            _GIVEN.add(port)
+            return port
 
 
 class Proc:
