@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
@@ -9,6 +10,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -179,3 +181,22 @@ def client(gateway: str) -> Any:
     c = openai.OpenAI(base_url=f"{gateway}/v1", api_key="unused", max_retries=0, timeout=20)
     yield c
     c.close()
+
+
+REDIS = "redis://127.0.0.1:6379/0"
+
+
+@pytest.fixture(scope="module")
+def prefix() -> Iterator[str]:
+    """A Redis key prefix of the test module's own, emptied afterwards."""
+    from gateway.tenancy.redis_store import RedisStore
+
+    p = f"gwtest:{uuid.uuid4().hex[:8]}:"
+    yield p
+
+    async def clean() -> None:
+        s = RedisStore(REDIS, p)
+        await s.delete_prefix()
+        await s.close()
+
+    asyncio.run(clean())

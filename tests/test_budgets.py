@@ -31,19 +31,6 @@ TEXT = (  # 30 distinct words: 30 completion tokens at the fake engine
 
 
 @pytest.fixture(scope="module")
-def prefix() -> Iterator[str]:
-    p = f"gwtest:{uuid.uuid4().hex[:8]}:"
-    yield p
-
-    async def clean() -> None:
-        s = RedisStore(REDIS, p)
-        await s.delete_prefix()
-        await s.close()
-
-    asyncio.run(clean())
-
-
-@pytest.fixture(scope="module")
 def two(
     engines: dict[str, str], prefix: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[list[Proc]]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,19 +25,6 @@ from tests.test_tenancy import REDIS, new_tenant, tenancy_env
 
 CLIENTS = 64
 PER_CLIENT = 4
-
-
-@pytest.fixture(scope="module")
-def prefix() -> Iterator[str]:
-    p = f"gwtest:{uuid.uuid4().hex[:8]}:"
-    yield p
-
-    async def clean() -> None:
-        s = RedisStore(REDIS, p)
-        await s.delete_prefix()
-        await s.close()
-
-    asyncio.run(clean())
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from gateway.upstream.pools import Pool
 from gateway.upstream.scheduler import Gate, Ticket
 from gateway.upstream.transport import AttemptError
 from tests.conftest import ROOT, Proc, free_port, rules_for_tests, start_gateway
-from tests.test_tenancy import call, new_tenant, prefix, tenancy_env  # noqa: F401
+from tests.test_tenancy import call, new_tenant, tenancy_env
 
 A, B = Ticket("a", 0), Ticket("b", 0)
 
@@ -205,7 +205,7 @@ def slot_engine() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def gw(slot_engine: str, prefix: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:  # noqa: F811
+def gw(slot_engine: str, prefix: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     rules = rules_for_tests(ttft=3.0, total=5.0)
     rules["rules"] = []
     rules["default"] = {"tier": "highspeed", "fallback": [], "checks": ["non_empty"]}

@@ -11,7 +11,6 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -22,10 +21,9 @@ import pytest
 import yaml
 
 from gateway.tenancy.redis_store import RedisStore
-from tests.conftest import Proc, free_port, rules_for_tests, start_gateway
+from tests.conftest import REDIS, Proc, free_port, rules_for_tests, start_gateway
 
 ADMIN = "admin-token-for-tests-0123456789"
-REDIS = "redis://127.0.0.1:6379/0"
 
 
 def call(
@@ -69,19 +67,6 @@ def until(pred: Any, timeout: float = 3.0) -> bool:
             return True
         time.sleep(0.02)
     return False
-
-
-@pytest.fixture(scope="module")
-def prefix() -> Iterator[str]:
-    p = f"gwtest:{uuid.uuid4().hex[:8]}:"
-    yield p
-
-    async def clean() -> None:
-        s = RedisStore(REDIS, p)
-        await s.delete_prefix()
-        await s.close()
-
-    asyncio.run(clean())
 
 
 def tenancy_env(prefix: str, redis: str = REDIS) -> dict[str, str]:

@@ -18,9 +18,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, Proc, rules_for_tests, start_gateway
-from tests.test_tenancy import chat, new_tenant, prefix, tenancy_env, until
-
-__all__ = ["prefix"]  # the fixture, imported for this module
+from tests.test_tenancy import chat, new_tenant, tenancy_env, until
 
 
 @pytest.fixture(scope="module")

@@ -62,22 +62,27 @@ def _client_patterns(schema: Any) -> dict[str, Any]:
     Raises ``_Unsupported`` when one is not a string, too long, or refused by RE2.
     """
     found: dict[str, Any] = {}
-    stack = [schema]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, list):
-            stack.extend(node)
-            continue
-        if not isinstance(node, dict):
-            continue
+    for node in _schema_objects(schema):
         texts = list(node.get("patternProperties") or ())
         if isinstance(node.get("pattern"), str):
             texts.append(node["pattern"])
         for text in texts:
             if text not in found:
                 found[text] = _re2(text)
-        stack.extend(v for k, v in node.items() if k not in _VALUE_KEYWORDS)
     return found
+
+
+def _schema_objects(schema: Any) -> Iterator[dict[str, Any]]:
+    """Every object in a schema that may hold keywords (not inside ``const``, ``enum``
+    and the like, whose values are data)."""
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            yield node
+            stack.extend(v for k, v in node.items() if k not in _VALUE_KEYWORDS)
 
 
 def _re2(text: Any) -> Any:
@@ -101,15 +106,7 @@ def _defuse_required(schema: Any, patterns: dict[str, Any]) -> None:
     invalid; one that matches is listed in ``properties`` as ``{}`` (it was not
     "additional" anyway, and its pattern's subschema still applies).
     """
-    stack = [schema]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, list):
-            stack.extend(node)
-            continue
-        if not isinstance(node, dict):
-            continue
-        stack.extend(v for k, v in node.items() if k not in _VALUE_KEYWORDS)
+    for node in _schema_objects(schema):
         props, pprops, required = (
             node.get(k) for k in ("properties", "patternProperties", "required")
         )

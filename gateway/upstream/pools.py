@@ -41,6 +41,7 @@ from gateway.upstream.transport import (
     Timeouts,
     Transport,
     UpstreamStream,
+    read_whole,
 )
 
 if TYPE_CHECKING:
@@ -330,15 +331,9 @@ class Pool:
     async def post(self, rep: Replica, path: str, body: bytes, limits: Timeouts) -> bytes:
         """POST and read the whole 200 answer (a non-streamed request)."""
         up = await self.open(rep, path, body, limits, stream=False)
-        parts: list[bytes] = []
-        size, limit = 0, self.tier.max_answer_bytes
         try:
             async with asyncio.timeout(limits.total):
-                while chunk := await up.read():
-                    parts.append(chunk)
-                    size += len(chunk)
-                    if size > limit:
-                        raise AttemptError("too_large", f"the answer is over {limit} bytes")
+                data = await read_whole(up, self.tier.max_answer_bytes)
         except TimeoutError:
             up.close()
             raise AttemptError(
@@ -348,7 +343,7 @@ class Pool:
             up.close()
             raise
         up.release()
-        return b"".join(parts)
+        return data
 
 
 def _hosted(tier: Tier) -> LiteLLMTransport:

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from gateway.upstream.sse import SSEFramer
-from gateway.upstream.transport import AttemptError, UpstreamStream
+from gateway.upstream.transport import AttemptError, UpstreamStream, read_whole
 
 RESPONSES_PATH = "/v1/responses"
 _DONE = b"data: [DONE]\n\n"
@@ -175,14 +175,9 @@ class ResponsesAsChat:
     async def _read_whole(self) -> bytes:
         if self._done:
             return b""
-        parts, size = [], 0
-        while chunk := await self._inner.read():
-            parts.append(chunk)
-            size += len(chunk)
-            if size > self._limit:
-                raise AttemptError("too_large", f"the answer is over {self._limit} bytes")
+        data = await read_whole(self._inner, self._limit)
         self._done = True
-        return response_as_chat(b"".join(parts))
+        return response_as_chat(data)
 
     def close(self) -> None:
         self._inner.close()

@@ -140,20 +140,26 @@ class JsonAsStream:
     async def read(self) -> bytes:
         if self._done:
             return b""
-        parts, size = [], 0
-        while chunk := await self._inner.read():
-            parts.append(chunk)
-            size += len(chunk)
-            if size > MAX_JSON_ANSWER:
-                raise AttemptError("too_large", "the answer is over the size limit")
+        data = await read_whole(self._inner, MAX_JSON_ANSWER)
         self._done = True
-        return json_as_events(b"".join(parts))
+        return json_as_events(data)
 
     def close(self) -> None:
         self._inner.close()
 
     def release(self) -> None:
         self._inner.release()
+
+
+async def read_whole(up: UpstreamStream, limit: int) -> bytes:
+    """Every byte of an answer, refused (``too_large``) once it passes ``limit``."""
+    parts, size = [], 0
+    while chunk := await up.read():
+        parts.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            raise AttemptError("too_large", f"the answer is over {limit} bytes")
+    return b"".join(parts)
 
 
 def json_as_events(data: bytes) -> bytes:
