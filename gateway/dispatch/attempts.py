@@ -38,7 +38,7 @@ from gateway.checks.settings import RepetitionSettings
 from gateway.core.request import ClientRequest
 from gateway.core.router import RouteDecision
 from gateway.core.rules import Dispatch
-from gateway.dispatch.budget import Kind, LatencyBook, reserve
+from gateway.dispatch.budget import MIN_ATTEMPT_S, Kind, LatencyBook, reserve
 from gateway.dispatch.call import Call
 from gateway.dispatch.complete import Completer
 from gateway.dispatch.continuation import Continuer
@@ -55,7 +55,6 @@ from gateway.upstream.transport import AttemptError
 T = TypeVar("T")
 log = logging.getLogger("gateway.dispatch")
 Attempt = Callable[[str, Opening], Awaitable[T]]
-_MIN_ATTEMPT_S = 0.05  # no point starting an attempt with less time than this left
 
 
 class _StopAt(stop_base):
@@ -65,7 +64,7 @@ class _StopAt(stop_base):
         self.until = until
 
     def __call__(self, retry_state: RetryCallState) -> bool:
-        return self.until - time.monotonic() < _MIN_ATTEMPT_S
+        return self.until - time.monotonic() < MIN_ATTEMPT_S
 
 
 def _transient(exc: BaseException) -> bool:
@@ -199,7 +198,7 @@ class Dispatcher:
                 raise
             if not self._pools[tier].available(time.monotonic()):
                 raise  # its circuit just opened: no retry into it
-            if time.monotonic() + wait + _MIN_ATTEMPT_S > how.until:
+            if time.monotonic() + wait + MIN_ATTEMPT_S > how.until:
                 raise
         await self._sleep(wait, trail)
         retrying = AsyncRetrying(

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections import deque
 from typing import Literal
 
+MIN_ATTEMPT_S = 0.05  # no point starting an attempt with less time than this left
+
 Kind = Literal["ttft", "stream", "answer"]
 """What a sample times: the first token of any attempt; a streamed attempt (first token and
 hold-back); a whole non-streamed answer."""

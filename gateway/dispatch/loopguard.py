@@ -15,9 +15,7 @@ breaks the period or ends, and is released, delayed but whole.
 
 from __future__ import annotations
 
-import re
-
-from gateway.checks.repetition import digits_as_zero
+from gateway.checks.repetition import digits_as_zero, numbered_unit
 from gateway.upstream.sse import StreamState
 
 MIN_UNIT = 8
@@ -25,8 +23,6 @@ MAX_UNIT = 512
 _WINDOW = 2 * MAX_UNIT + MIN_UNIT
 CONFIRM_COPIES = 4
 NUMBERED_COPIES = 30  # RepetitionSettings.numbered_min_copies
-NUMBERED_MIN_UNIT = 12  # repetition.NUMBERED_MIN_UNIT
-_LETTER = re.compile(r"[^\W\d_]")
 CONFIRM_SPAN = 200
 DETECT_EVERY = 32  # characters between looks for a new candidate (a unit is 8 or more)
 
@@ -68,7 +64,7 @@ class LoopGuard:
         p = len(t) - MIN_UNIT - j
         if j < 0 or not MIN_UNIT <= p <= MAX_UNIT or len(t) < 2 * p or t[-p:] != t[-2 * p : -p]:
             return False
-        if not (_numbered_unit(t[-p:]) or _exact(state, p, 2 * p)):
+        if not (numbered_unit(t[-p:]) or _exact(state, p, 2 * p)):
             return False  # a counter ("word1 word2"), or data that repeats once read as 0
         run = 2 * p
         while run < len(t) and t[-run - 1] == t[-run - 1 + p]:
@@ -81,13 +77,6 @@ class LoopGuard:
         if p == 0 or span < CONFIRM_SPAN or span < CONFIRM_COPIES * p:
             return False
         return span >= NUMBERED_COPIES * p or _exact(state, p, span)
-
-
-def _numbered_unit(unit: str) -> bool:
-    """A unit a numbered loop may repeat: letters in it, and 12 characters or more once
-    any shorter period within it is taken (``word0 word0 `` is ``word0 `` twice)."""
-    primitive = (unit + unit).find(unit, 1)
-    return primitive >= NUMBERED_MIN_UNIT and _LETTER.search(unit) is not None
 
 
 def _exact(state: StreamState, p: int, span: int) -> bool:

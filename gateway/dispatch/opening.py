@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from gateway.checks.base import CheckResult
-from gateway.dispatch.budget import LatencyBook
+from gateway.dispatch.budget import MIN_ATTEMPT_S, LatencyBook
 from gateway.dispatch.call import Call
 from gateway.dispatch.live import LiveChecks
 from gateway.dispatch.outcome import Trail
@@ -62,9 +62,6 @@ class StreamStart:
             self.pool.record(False)
 
 
-_MIN_ATTEMPT_S = 0.05  # an attempt with less time than this left is not started
-
-
 class StreamOpener:
     def __init__(self, telemetry: Telemetry, book: LatencyBook):
         self._tel = telemetry
@@ -77,7 +74,7 @@ class StreamOpener:
         rep, queued = await pool.acquire(call.ticket, call.affinity, how.until)
         trail.queue_s += queued  # time in the queue counts against the deadline
         remaining = how.until - time.monotonic()
-        if remaining < _MIN_ATTEMPT_S:  # the queue took the attempt's time: not the engine's
+        if remaining < MIN_ATTEMPT_S:  # the queue took the attempt's time: not the engine's
             pool.release(rep, None)
             raise AttemptError("queue_timeout", "no time left after the queue", timeout=True)
         ttft = min(pool.tier.timeouts.ttft, call.d.ttft_budget, remaining)
