@@ -54,6 +54,62 @@ def test_fast_and_general_paths_agree_on_a_plain_stream() -> None:
     assert [orjson.loads(p) for p in PLAIN_STREAM] == fast.parsed_events()
 
 
+def block(payloads: list[bytes]) -> bytes:
+    return b"".join(b"data: " + p + b"\n\n" for p in payloads)
+
+
+def by_block(data: bytes, chat: bool = True) -> StreamState:
+    s = StreamState(chat)
+    s.events = []
+    s.feed_block(data)
+    return s
+
+
+def state_of(s: StreamState) -> tuple[object, ...]:
+    return (*summary(s)[:11], s.first.get("id"), s.done, s.parsed_events())
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        block(PLAIN_STREAM),  # one array decode
+        block([*PLAIN_STREAM, b"[DONE]"]),
+        block(PLAIN_STREAM[:1]),  # one event: the one-event path
+        b": keep-alive\n\n" + block(PLAIN_STREAM),  # a comment: event by event
+        block(PLAIN_STREAM).replace(b"data: ", b"data:"),  # no space after the colon
+        block(PLAIN_STREAM[:2]) + b"event: x\n" + block(PLAIN_STREAM[2:]),
+        block([*PLAIN_STREAM[:3], chunk({"content": "!", "refusal": "no"})]),  # not plain
+        block([*PLAIN_STREAM, ev({"choices": [{"index": 1, "delta": {"content": "z"}}]})]),
+        block([b"[DONE]", *PLAIN_STREAM]),  # events after [DONE]: not an array
+    ],
+)
+def test_a_block_reads_as_its_events_one_by_one(data: bytes) -> None:
+    one_by_one = fed(data_payloads(data))
+    assert state_of(by_block(data)) == state_of(one_by_one)
+
+
+def test_a_plain_block_is_decoded_in_one_call() -> None:  # the first event, then the rest
+    s = by_block(block([*PLAIN_STREAM, b"[DONE]"]))
+    whole = block([*PLAIN_STREAM, b"[DONE]"])
+    assert len(s.events or ()) == 2 and b"".join(s.events or ()) == whole and s.done
+    assert len(by_block(b": c\n\n" + block(PLAIN_STREAM)).events or ()) == len(PLAIN_STREAM)
+
+
+@pytest.mark.parametrize(
+    ("payloads", "kind"),
+    [
+        ([b'{"choices": [{"index": 0', b'"delta": {"content": "x"}}]}'], "bad_stream"),  # glued
+        ([PLAIN_STREAM[0], b"{not json"], "bad_stream"),
+        ([PLAIN_STREAM[0], ev({"error": {"message": "overloaded"}})], "stream_error"),
+        ([PLAIN_STREAM[0], ev({"choices": [{"delta": {"content": 5}}]})], "bad_stream"),
+    ],
+)
+def test_a_block_with_a_bad_event_fails_like_the_event(payloads: list[bytes], kind: str) -> None:
+    with pytest.raises(AttemptError) as e:
+        by_block(block(payloads))
+    assert e.value.kind == kind
+
+
 @pytest.mark.parametrize(
     ("payload", "plain"),
     [

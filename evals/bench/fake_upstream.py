@@ -6,9 +6,12 @@ Hand-rolled HTTP/1.1 with keep-alive, so that it is never the bottleneck (a web 
 would cost more than the proxies under test):
 
 * ``POST /v1/chat/completions``: a fixed chat completion whose ``choices[0].message.content``
-  is a plain sentence with ``finish_reason`` "stop", so the gateway's quality checks pass.
-  With ``"stream": true``, an SSE stream instead: a role chunk, ``--chunks`` content chunks,
-  a finish chunk, a usage chunk when ``stream_options.include_usage``, then ``data: [DONE]``.
+  is a plain sentence (14 words) with ``finish_reason`` "stop", so the gateway's quality
+  checks pass. With ``"stream": true``, an SSE stream instead: a role chunk, ``--chunks``
+  content chunks (at most the request's ``max_tokens``; the sentence's words first, then
+  ``wordN`` filler), a finish chunk, a usage chunk when ``stream_options.include_usage``,
+  then ``data: [DONE]``. So a request with ``max_tokens: 14`` gets the same answer either
+  way.
   The events are built once and written in one go, or ``--chunk-delay-ms`` apart.
 * ``GET /v1/models`` and ``GET /health``.
 
@@ -24,10 +27,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from evals.bench.common import CHAT_PATH, loop_name, require_loopback, run
+from evals.bench.common import ANSWER, ANSWER_TOKENS, CHAT_PATH, loop_name, require_loopback, run
 
 MODEL = "fake-model"
-ANSWER = "I am doing well, thank you for asking! How can I help you today?"
+WORDS = [w + " " for w in ANSWER.split(" ")]
+WORDS[-1] = WORDS[-1].rstrip()
+assert len(WORDS) == ANSWER_TOKENS
 _BASE = {"id": "chatcmpl-fake0001", "created": 1700000000, "model": MODEL,
          "system_fingerprint": "fp_fake"}
 
@@ -41,7 +46,8 @@ COMPLETION_BODY = _json({
     "object": "chat.completion",
     "choices": [{"index": 0, "message": {"role": "assistant", "content": ANSWER},
                  "logprobs": None, "finish_reason": "stop"}],
-    "usage": {"prompt_tokens": 12, "completion_tokens": 17, "total_tokens": 29},
+    "usage": {"prompt_tokens": 12, "completion_tokens": ANSWER_TOKENS,
+              "total_tokens": 12 + ANSWER_TOKENS},
 })
 MODELS_BODY = _json({"object": "list", "data": [
     {"id": MODEL, "object": "model", "created": 1700000000, "owned_by": "bench"}]})
@@ -72,7 +78,8 @@ def stream_events(n_chunks: int, include_usage: bool) -> list[bytes]:
         return [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
 
     ev = [chunk(choice({"role": "assistant", "content": ""}))]
-    ev += [chunk(choice({"content": f"word{i} "})) for i in range(n_chunks)]
+    words = [WORDS[i] if i < len(WORDS) else f" word{i}" for i in range(n_chunks)]
+    ev += [chunk(choice({"content": w})) for w in words]
     ev.append(chunk(choice({}, "stop")))
     if include_usage:
         ev.append(chunk([], usage={"prompt_tokens": 12, "completion_tokens": n_chunks,
@@ -85,12 +92,15 @@ def stream_events(n_chunks: int, include_usage: bool) -> list[bytes]:
 class Config:
     chunks: int
     delay_s: float
-    streams: dict[bool, list[bytes]] = field(default_factory=dict)  # by include_usage
+    streams: dict[tuple[bool, int], list[bytes]] = field(default_factory=dict)
 
-    def events(self, include_usage: bool) -> list[bytes]:
-        ev = self.streams.get(include_usage)
+    def events(self, include_usage: bool, max_tokens: Any) -> list[bytes]:
+        n = self.chunks
+        if isinstance(max_tokens, int) and 0 < max_tokens < n:
+            n = max_tokens
+        ev = self.streams.get((include_usage, n))
         if ev is None:
-            ev = self.streams[include_usage] = stream_events(self.chunks, include_usage)
+            ev = self.streams[(include_usage, n)] = stream_events(n, include_usage)
         return ev
 
 
@@ -174,6 +184,7 @@ class UpstreamProtocol(asyncio.Protocol):
         """Answer one request; False when an asynchronous (delayed) stream was started."""
         if method == "POST" and path in (CHAT_PATH, "/chat/completions"):
             stream = include_usage = False
+            max_tokens = None
             if b'"stream"' in body:
                 try:
                     req = json.loads(body)
@@ -183,10 +194,11 @@ class UpstreamProtocol(asyncio.Protocol):
                     return True
                 stream = bool(req.get("stream"))
                 include_usage = bool((req.get("stream_options") or {}).get("include_usage"))
+                max_tokens = req.get("max_tokens")
             if not stream:
                 self._write(http_response(b"200 OK", b"application/json", COMPLETION_BODY, keep))
                 return True
-            ev = self.cfg.events(include_usage)
+            ev = self.cfg.events(include_usage, max_tokens)
             if self.cfg.delay_s <= 0:
                 self._write(STREAM_HEAD + b"".join(ev))
                 return True

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -36,7 +35,7 @@ class Completer:
         if not pool.tier.upstream_stream:
             return await self._plain(call, pool, how, trail)
         body = call.body_for(pool, stream=True, stream_options={"include_usage": True})
-        how = replace(how, assemble=True)
+        how = how.assembling()
         s = await self._opener.open(call, pool, orjson.dumps(body), how, trail)
         waited = s.waited_s  # what the opener counted already
         try:

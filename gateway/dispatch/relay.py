@@ -129,16 +129,15 @@ class StreamRelay:
         guard, held = self._guard, b""
         with _as_broken():
             while chunk := await s.up.read():
-                complete, payloads = s.framer.feed(chunk)
+                complete = s.framer.feed_bytes(chunk)
+                if not complete:
+                    continue
                 usage = state.usage
-                for p in payloads:
-                    state.feed(p)
+                state.feed_block(complete)
                 bad = live.maybe_run(state)
                 if bad is not None:
                     raise _Broken(f"check_{bad.check}", bad.reason, upstream_fault=False)
-                if not complete:
-                    continue
-                out = splice.rewrite(payloads) if splice is not None else complete
+                out = complete if splice is None else splice.rewrite(data_payloads(complete))
                 if state.usage is not usage and self._strip and splice is None:
                     out = drop_usage(out)
                 if guard is not None and guard.update(state):  # a candidate loop: hold it

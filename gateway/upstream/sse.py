@@ -7,7 +7,7 @@
 * :class:`StreamState` is what we learn from the events of choice 0: id/model/created,
   the text so far, tool-call deltas, finish reason, usage, ``[DONE]``. An error event
   raises :class:`AttemptError` at once.
-* With ``events`` set, every event's payload is kept too, to assemble a non-streamed
+* With ``events`` set, every event is kept too (as its SSE bytes), to assemble a non-streamed
   answer from an upstream stream.
 
 Every event is decoded once, by msgspec into typed structs: the decoder checks the
@@ -60,6 +60,11 @@ class SSEFramer:
 
     def feed(self, chunk: bytes) -> tuple[bytes, list[bytes]]:
         """Complete events' bytes (to forward) and their ``data:`` payloads."""
+        complete = self.feed_bytes(chunk)
+        return complete, data_payloads(complete) if complete else []
+
+    def feed_bytes(self, chunk: bytes) -> bytes:
+        """Complete events' bytes (to forward, or for :meth:`StreamState.feed_block`)."""
         if b"\r" in chunk:
             chunk = chunk.replace(b"\r\n", b"\n")
         self._total += len(chunk)
@@ -83,18 +88,18 @@ class SSEFramer:
             self._each_within_limit(complete)
         if end + 2 < len(buf):
             self._hold(buf[end + 2 :])
-        return complete, data_payloads(complete)
+        return complete
 
     def _each_within_limit(self, events: bytes) -> None:
         if max(map(len, events.split(b"\n\n"))) > self.max_event:
             raise AttemptError("too_large", f"an event is over {self.max_event} bytes")
 
-    def _hold(self, data: bytes) -> tuple[bytes, list[bytes]]:
+    def _hold(self, data: bytes) -> bytes:
         self._parts.append(data)
         self._pending += len(data)
         if self._pending > self.max_event:
             raise AttemptError("too_large", f"an event is over {self.max_event} bytes")
-        return b"", []
+        return b""
 
     @property
     def pending(self) -> bytes:
@@ -157,6 +162,8 @@ class _FirstEvent(_Event):
 
 _FIRST = msgspec.json.Decoder(_FirstEvent)
 _NEXT = msgspec.json.Decoder(_Event)
+_FIRSTS = msgspec.json.Decoder(list[_FirstEvent])
+_NEXTS = msgspec.json.Decoder(list[_Event])
 
 
 class StreamState:
@@ -193,7 +200,7 @@ class StreamState:
         self.usage: dict[str, Any] | None = None
         self.done = False
         self.eof_done = False  # it ended after a finish_reason without [DONE]
-        self.events: list[bytes] | None = None  # every event's payload, when assembling
+        self.events: list[bytes] | None = None  # every event (SSE bytes), when assembling
         self.tool_calls: dict[int, dict[str, Any]] = {}
         self.multi = False  # n > 1: several choices interleave
         self.plain = True  # nothing seen beyond text, tool calls, finish reason and usage
@@ -214,8 +221,51 @@ class StreamState:
         if ev.error:
             return self._feed_general(payload)  # it words the error
         if self.events is not None:
-            self.events.append(payload)
-        if isinstance(ev, _FirstEvent):
+            self.events.append(b"data: " + payload + b"\n\n")
+        return self._take(ev)
+
+    def feed_block(self, block: bytes) -> bool:
+        """Take the complete events the framer cut (``data: ...\n\n`` each); True when one
+        carried output. The usual block, one ``data:`` line per event, is decoded in one
+        call as a JSON array of typed events (anything else in it, a comment, an ``event:``
+        line, a second ``data:`` line, leaves the array malformed); what does not decode
+        so (or is not plain) goes event by event through :meth:`feed`, which words what
+        is wrong."""
+        token = False
+        if self.id is None and block.startswith(b"data: {"):  # the first event names it
+            cut = block.find(b"\n\n") + 2
+            token = self.feed(block[6 : cut - 2])
+            block = block[cut:]
+        if block.startswith(b"data: {") and (n := block.count(b"\n\n")) > 1:
+            body, done = block[6:-2], False
+            if body.endswith(b"\n\ndata: [DONE]"):
+                body, done, n = body[:-14], True, n - 1
+            evs = self._decode_many(b"[" + body.replace(b"\n\ndata: ", b",") + b"]", n)
+            if evs is not None:
+                if self.events is not None:
+                    self.events.append(block)
+                for ev in evs:
+                    token = self._take(ev) or token
+                self.done = self.done or done
+                return token
+        for p in data_payloads(block):
+            token = self.feed(p) or token
+        return token
+
+    def _decode_many(self, array: bytes, n: int) -> list[_Event] | None:
+        """``n`` plain events, or None: then one by one (the count guards against payloads
+        that are not JSON alone but would be once joined)."""
+        try:
+            evs: list[_Event] = (_FIRSTS if self.id is None else _NEXTS).decode(array)
+        except msgspec.DecodeError:  # ValidationError included
+            return None
+        if len(evs) != n or any(ev.error for ev in evs):
+            return None
+        return evs
+
+    def _take(self, ev: _Event) -> bool:
+        """One typed (plain) event: text, tool calls, finish reason, usage of choice 0."""
+        if self.id is None and isinstance(ev, _FirstEvent):
             self.first = {k: getattr(ev, k) for k in TOP_KEYS}
             self.id, self.model, self.created = ev.id, ev.model, ev.created
         usage = ev.usage
@@ -281,7 +331,7 @@ class StreamState:
             msg = err.get("message", "") if isinstance(err, dict) else str(err)
             raise AttemptError("stream_error", str(msg)[:160] or "error event")
         if self.events is not None:
-            self.events.append(payload)
+            self.events.append(b"data: " + payload + b"\n\n")
         if self.id is None:
             self.first = obj
             self.id, self.model, self.created = obj.get("id"), obj.get("model"), obj.get("created")
@@ -357,7 +407,8 @@ class StreamState:
     # -- reading it ----------------------------------------------------------------------------
     def parsed_events(self) -> list[dict[str, Any]]:
         """The kept events as objects (to assemble an answer that is not plain)."""
-        return [orjson.loads(p) for p in self.events or ()]
+        blocks = b"".join(self.events or ())
+        return [orjson.loads(p) for p in data_payloads(blocks) if p != b"[DONE]"]
 
     def text(self) -> str:
         if len(self.parts) > 1:
