@@ -20,6 +20,7 @@ says precisely what is wrong or marks the stream as not plain.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -252,11 +253,11 @@ class StreamState:
             token = self.feed(p) or token
         return token
 
-    def _decode_many(self, array: bytes, n: int) -> list[_Event] | None:
+    def _decode_many(self, array: bytes, n: int) -> Sequence[_Event] | None:
         """``n`` plain events, or None: then one by one (the count guards against payloads
         that are not JSON alone but would be once joined)."""
         try:
-            evs: list[_Event] = (_FIRSTS if self.id is None else _NEXTS).decode(array)
+            evs: Sequence[_Event] = (_FIRSTS if self.id is None else _NEXTS).decode(array)
         except msgspec.DecodeError:  # ValidationError included
             return None
         if len(evs) != n or any(ev.error for ev in evs):
