@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import os
 import time
 import zlib
 from collections.abc import Callable
@@ -38,7 +37,7 @@ from gateway.errors import (
 from gateway.headers import H_REQUEST_ID, H_SHOULD_RETRY
 from gateway.ops.shadow import Served, answer_text
 from gateway.server.exchange import Exchange
-from gateway.server.responses import JSON, error_response, request_id
+from gateway.server.responses import JSON, error_response, new_id, request_id
 from gateway.server.state import GATEWAY, Gateway, Runtime
 from gateway.settings import Settings
 from gateway.tenancy.access import rate_headers
@@ -98,7 +97,7 @@ async def _serve(
         d = ex.d = rt.router.decide(
             rt.classifier.classify(req, request.headers), rt.pools.health(), eff
         )
-        slot = "adm_" + os.urandom(8).hex()  # the in-flight member: ours, never the client's
+        slot = new_id("adm_")  # the in-flight member: ours, never the client's
         want = _worst_case(rt, d, req, gw.settings) if eff.policy.has_budget else NO_RESERVE
         ex.admission = await gw.access.admit(eff, slot, want)
         ex.slot = slot

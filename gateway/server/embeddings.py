@@ -10,7 +10,6 @@ refused connection) moves on to the next embedding tier within the deadline, an 
 
 from __future__ import annotations
 
-import os
 import time
 import zlib
 from typing import Any
@@ -30,7 +29,7 @@ from gateway.errors import (
 from gateway.headers import H_FALLBACK, H_REQUEST_ID, H_TIER
 from gateway.server.completions import read_body
 from gateway.server.exchange import Exchange
-from gateway.server.responses import JSON, error_response, request_id
+from gateway.server.responses import JSON, error_response, new_id, request_id
 from gateway.server.state import GATEWAY, Runtime
 from gateway.tenancy.tenants import Effective
 from gateway.upstream.scheduler import ANYONE, Ticket
@@ -67,7 +66,7 @@ async def _serve(request: web.Request, rt: Runtime, ex: Exchange) -> web.Respons
                 param="input",
                 code="missing_required_parameter",
             )
-        slot = "adm_" + os.urandom(8).hex()
+        slot = new_id("adm_")
         await gw.access.admit(eff, slot)
         ex.slot = slot
         ex.tier, answer = await _send(rt, tiers, body, ex)

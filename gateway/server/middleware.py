@@ -15,13 +15,14 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from gateway.errors import BadRequest, GatewayError, InternalError, PayloadTooLarge
-from gateway.server.responses import error_response, request_id
+from gateway.server.responses import assign_request_id, error_response, request_id
 
 log = logging.getLogger("gateway.server")
 
 
 @web.middleware
 async def catch_all(request: web.Request, handler: Handler) -> web.StreamResponse:
+    assign_request_id(request)
     try:
         return await handler(request)
     except asyncio.CancelledError:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import random
 
 from aiohttp import web
 
@@ -14,14 +14,26 @@ RID = web.RequestKey("rid", str)
 
 
 def request_id(request: web.Request) -> str:
-    """The client's ``x-request-id`` when it is sane, else a new one (kept on the request)."""
-    if RID in request:
+    """The request's id: the client's ``x-request-id`` when it is sane, else a new one. The
+    outermost middleware sets it first thing (:func:`assign_request_id`)."""
+    try:
         return request[RID]
+    except KeyError:
+        return assign_request_id(request)
+
+
+def assign_request_id(request: web.Request) -> str:
     rid = request.headers.get(H_REQUEST_ID)
     if not (rid and len(rid) <= 128 and rid.isascii() and rid.isprintable()):
-        rid = "req_" + os.urandom(12).hex()
+        rid = new_id("req_")
     request[RID] = rid
     return rid
+
+
+def new_id(prefix: str) -> str:
+    """A unique id: 96 random bits (the ``random`` module, reseeded in forked workers;
+    ``os.urandom`` is a system call per id, and these ids are not secrets)."""
+    return f"{prefix}{random.getrandbits(96):024x}"
 
 
 def error_response(
