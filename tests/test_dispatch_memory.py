@@ -45,12 +45,15 @@ def aio(f: Callable[..., Coroutine[Any, Any, T]]) -> Callable[..., T]:
 LOOP = ["I will repeat this sentence again. "] * 80
 
 
-def _rules(hedge_after: float | None = None, **dispatch: Any) -> Rules:
+def _rules(
+    hedge_after: float | None = None, rate: tuple[float, float] = (0.0, 5.0), **dispatch: Any
+) -> Rules:
     data = yaml.safe_load(RULES.read_text())
     for route in (data["default"], *data["rules"]):
         route["hedge_after"] = hedge_after
     for tier in data["tiers"].values():
         tier["timeouts"] = {"connect": 1.0, "ttft": 0.5, "total": 3.0, "stall": 0.5}
+        tier["timeouts"] |= {"min_tokens_per_s": rate[0], "rate_window": rate[1]}
         tier["health"] = {"enabled": False}
         tier["circuit"] = {"failures": 1000, "cooldown": 1.0}
         tier["stream"] = {"hold_back_tokens": 0}
@@ -60,8 +63,14 @@ def _rules(hedge_after: float | None = None, **dispatch: Any) -> Rules:
 
 
 class Rig:
-    def __init__(self, handler: Handler, hedge_after: float | None = None, **dispatch: Any):
-        self.rules = _rules(hedge_after, **dispatch)
+    def __init__(
+        self,
+        handler: Handler,
+        hedge_after: float | None = None,
+        rate: tuple[float, float] = (0.0, 5.0),
+        **dispatch: Any,
+    ):
+        self.rules = _rules(hedge_after, rate, **dispatch)
         self.transports = Transports(handler)
         self.pools = Pools(dict(self.rules.tiers), self.transports)
         self.dispatcher = Dispatcher(
@@ -594,3 +603,67 @@ async def test_hedged_attempts_waiting_side_by_side_count_their_wait_once() -> N
     took = time.monotonic() - t0
     assert out.tier == "standard" and out.trail.hedge is not None
     assert 0.2 <= out.trail.upstream_s <= took + 0.01
+
+
+# -- the minimum-rate guard ---------------------------------------------------------------------
+WORDS = [f"word{i} " for i in range(40)]
+TRICKLE = Reply(chunks=events(WORDS), gap=0.05)  # ~20 tokens/s for 2 s
+
+
+@aio
+async def test_a_trickling_answer_goes_to_the_next_tier() -> None:
+    rig = Rig(by_tier(highspeed=TRICKLE, standard=OK_STD), rate=(40.0, 0.25))
+    t0 = time.monotonic()
+    out = await rig.dispatcher.complete(rig.call())
+    assert time.monotonic() - t0 < 1.0  # not the 2 s the trickle takes
+    assert out.tier == "standard" and [f.kind for f in out.trail.failures] == ["too_slow"]
+    assert rig.transports.by_tier["highspeed"].streams[0].closed  # the engine stops
+
+
+@aio
+async def test_a_trickling_stream_is_continued_on_the_next_tier() -> None:
+    rig = Rig(by_tier(highspeed=TRICKLE, standard=OK_STD), rate=(40.0, 0.25))
+    sink, relay = await _relay(rig)
+    assert relay.tier == "standard" and not relay.broken
+    assert sink.text().startswith("word0 ") and sink.text().endswith("Standard answer.")
+    assert [f.kind for f in relay.trail.failures] == ["too_slow"]
+
+
+@pytest.mark.parametrize(
+    ("rate", "headers", "tier"),
+    [
+        ((10.0, 0.25), None, "highspeed"),  # fast enough for the guard
+        ((0.0, 0.25), None, "highspeed"),  # off
+        ((40.0, 0.25), {"x-gateway-tier": "standard"}, "standard"),  # the last tier: no guard
+    ],
+)
+def test_what_the_rate_guard_leaves_alone(
+    rate: tuple[float, float], headers: dict[str, str] | None, tier: str
+) -> None:
+    rig = Rig(by_tier(highspeed=TRICKLE, standard=TRICKLE), rate=rate)
+    out = asyncio.run(rig.dispatcher.complete(rig.call(headers=headers)))
+    assert out.tier == tier and not out.trail.failures, out.trail.failures
+    assert orjson.loads(out.body)["choices"][0]["message"]["content"] == "".join(WORDS)
+
+
+@pytest.mark.parametrize(
+    ("arrivals", "fails_at"),
+    [
+        ([(0.0, 0), (0.5, 0), (1.0, 1)], None),  # the clock starts at the first token
+        ([(1.0, 1), (1.5, 2), (2.0, 11)], None),  # 10 events in the 1 s window: enough
+        ([(1.0, 1), (1.9, 9), (2.0, 10)], 2),  # 9 in 1 s: too slow
+        ([(1.0, 1), (4.0, 31)], None),  # a burst after a long gap: 10/s on average
+        ([(1.0, 1), (2.0, 11), (3.0, 15)], 2),  # the second window is too slow
+    ],
+)
+def test_rate_guard_windows(arrivals: list[tuple[float, int]], fails_at: int | None) -> None:
+    from gateway.dispatch.rate import RateGuard
+
+    guard = RateGuard(10.0, 1.0)
+    for i, (now, events_so_far) in enumerate(arrivals):
+        try:
+            guard.check(events_so_far, now)
+        except AttemptError as e:
+            assert (i, e.kind) == (fails_at, "too_slow")
+            return
+    assert fails_at is None

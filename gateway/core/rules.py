@@ -28,6 +28,10 @@ class Timeouts(_Strict):
     ttft: float = Field(default=10.0, gt=0, description="first token of a stream, seconds")
     total: float = Field(default=120.0, gt=0, description="whole attempt, seconds")
     stall: float = Field(default=10.0, gt=0, description="gap between stream tokens, seconds")
+    # after its first token a stream keeps this rate over every rate_window (else the next
+    # tier answers or continues it; never on a chain's last tier); 0: off
+    min_tokens_per_s: float = Field(default=1.0, ge=0, description="output events a second")
+    rate_window: float = Field(default=5.0, gt=0, le=600, description="seconds")
 
 
 class Circuit(_Strict):

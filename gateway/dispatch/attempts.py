@@ -163,7 +163,8 @@ class Dispatcher:
         until = call.deadline_at - reserve(self.book, later, kind, self._cfg.reserve_floor)
         token = asyncio.Event() if hedge else None
         deliver = not later and call.d.on_last_failure == "deliver"
-        return Opening(self._hold(call, tier), until, deliver, call.req.stream, False, token)
+        hold = self._hold(call, tier)
+        return Opening(hold, until, deliver, call.req.stream, False, token, bool(later))
 
     async def _hedged(
         self, call: Call, tiers: tuple[str, ...], attempt: Attempt[T], trail: Trail

@@ -17,6 +17,7 @@ from gateway.dispatch.budget import MIN_ATTEMPT_S, LatencyBook
 from gateway.dispatch.call import Call
 from gateway.dispatch.live import LiveChecks
 from gateway.dispatch.outcome import Trail
+from gateway.dispatch.rate import RateGuard
 from gateway.ops.telemetry import Telemetry
 from gateway.upstream.pools import Pool, Replica
 from gateway.upstream.sse import SSEFramer, StreamState
@@ -33,11 +34,18 @@ class Opening:
     stream: bool = True  # the client asked for a stream (latency is then time to first token)
     assemble: bool = False  # keep every event, to assemble a non-streamed answer
     first_token: asyncio.Event | None = None  # set when the first token arrived (hedging)
+    guard_rate: bool = False  # another tier can take over: a trickling stream fails
 
     def assembling(self) -> Opening:
         """The same, keeping every event (``dataclasses.replace`` costs 4x as much)."""
         return Opening(
-            self.hold_tokens, self.until, self.deliver, self.stream, True, self.first_token
+            self.hold_tokens,
+            self.until,
+            self.deliver,
+            self.stream,
+            True,
+            self.first_token,
+            self.guard_rate,
         )
 
 
@@ -54,6 +62,7 @@ class StreamStart:
     replica: Replica
     checks_failed: CheckResult | None = None  # the last tier failed a check, delivered anyway
     waited_s: float = 0.0  # time spent waiting on the engine (the rest is the gateway's own)
+    rate: RateGuard | None = None  # the tier's minimum rate, where another tier can take over
     since: float = field(default_factory=time.monotonic)  # when it took its slot
 
     def discard(self) -> None:
@@ -96,6 +105,9 @@ class StreamOpener:
         )
         if how.assemble:
             s.state.events = []
+        limits = pool.tier.timeouts
+        if how.guard_rate and limits.min_tokens_per_s > 0:
+            s.rate = RateGuard(limits.min_tokens_per_s, limits.rate_window)
         t0 = time.perf_counter()
         try:
             async with asyncio.timeout(ttft):
@@ -192,6 +204,8 @@ async def pull(s: StreamStart) -> bool:
     if not complete:
         return False
     token = s.state.feed_block(complete)
+    if s.rate is not None:
+        s.rate.check(s.state.emitted, time.monotonic())
     if s.state.events is None:  # assembling: nothing is relayed, keep no bytes
         s.head += complete
     return token

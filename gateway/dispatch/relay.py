@@ -127,6 +127,7 @@ class StreamRelay:
             await self._passthrough(s, sink)
             return
         guard, held = self._guard, b""
+        rate = s.rate if self._can_continue() else None  # else a slow stream is still the answer
         with _as_broken():
             while chunk := await s.up.read():
                 complete = s.framer.feed_bytes(chunk)
@@ -134,6 +135,8 @@ class StreamRelay:
                     continue
                 usage = state.usage
                 state.feed_block(complete)
+                if rate is not None and not state.tool_calls:
+                    rate.check(state.emitted, time.monotonic() - self.blocked_s)
                 bad = live.maybe_run(state)
                 if bad is not None:
                     raise _Broken(f"check_{bad.check}", bad.reason, upstream_fault=False)

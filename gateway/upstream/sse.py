@@ -175,6 +175,7 @@ class StreamState:
         "chat",
         "created",
         "done",
+        "emitted",
         "eof_done",
         "events",
         "finish_reason",
@@ -197,6 +198,7 @@ class StreamState:
         self.parts: list[str] = []
         self.chars = 0
         self.tokens = 0  # content events: engines send about one token per event
+        self.emitted = 0  # events that carried output of any kind (text, tool calls, reasoning)
         self.finish_reason: str | None = None
         self.usage: dict[str, Any] | None = None
         self.done = False
@@ -294,6 +296,8 @@ class StreamState:
             if ch.finish_reason:
                 self.finish_reason = ch.finish_reason
                 token = True
+        if token:
+            self.emitted += 1
         return token or (usage is not None and not ev.choices)
 
     def _typed_calls(self, calls: list[_ToolCall]) -> None:
@@ -347,6 +351,8 @@ class StreamState:
         token = False
         for ch in choices:
             token = self._choice(ch) or token
+        if token:
+            self.emitted += 1
         return token or (usage is not None and not choices)
 
     def _choice(self, ch: Any) -> bool:
