@@ -23,8 +23,9 @@ closed-loop keep-alive clients. A non-streamed request asks for ``max_tokens: 14
 fake answer's length: direct and relay get it as one JSON object, the gateway (which asks
 engines for a stream even when the client did not) as the same 14 tokens streamed, so
 both sides carry the same answer and the cost of upstream streaming is in the figure
-(before round 5, the gateway read a 50-token stream against the others' 14-token object) (``evals.bench.loadgen``: latency p50/p95/p99, TTFB of
-streams, req/s; every response verified). Each cell is measured ``--repeats`` times,
+(before round 5, the gateway read a 50-token stream against the others' 14-token
+object). Load: ``evals.bench.loadgen`` (latency p50/p95/p99, TTFB of streams, req/s;
+every response verified). Each cell is measured ``--repeats`` times,
 round-robin over scenarios and targets (all servers stay up, so targets see the same
 machine state); before each run the harness waits (bounded) for an idle machine, and a run
 during which processes outside the harness took more than ``--max-foreign-pct`` of a core,
