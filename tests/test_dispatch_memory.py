@@ -667,3 +667,59 @@ def test_rate_guard_windows(arrivals: list[tuple[float, int]], fails_at: int | N
             assert (i, e.kind) == (fails_at, "too_slow")
             return
     assert fails_at is None
+
+
+# -- a non-streamed answer continues the good text of a tier that broke off ------------------
+HEAD = ["Tea ", "is ", "a ", "drink. "]
+
+
+def _content(out: Any) -> str:
+    return str(orjson.loads(out.body)["choices"][0]["message"]["content"])
+
+
+@pytest.mark.parametrize(
+    ("fast", "prefix", "kind"),
+    [  # what came before a loop (here its periodic run begins with the ". " before the
+        # first copy); before a cut or a stall, all of it
+        (Reply(chunks=events(HEAD + LOOP)), "Tea is a drink", "check_repetition"),
+        (Reply(chunks=events(HEAD, finish=None, done=False)), "Tea is a drink. ", "stream_cut"),
+        (Reply(chunks=events(HEAD)[:5], hang_after=5), "Tea is a drink. ", "stall"),
+    ],
+)
+@aio
+async def test_a_non_streamed_answer_continues_what_the_first_tier_got_right(
+    fast: Reply, prefix: str, kind: str
+) -> None:
+    std = Reply(chunks=events(["More ", "about ", "tea."], prompt_tokens=30, completion_tokens=3))
+    rig = Rig(by_tier(highspeed=fast, standard=std))
+    out = await rig.dispatcher.complete(rig.call())
+    assert out.tier == "standard" and [f.kind for f in out.trail.failures] == [kind]
+    assert _content(out) == prefix + "More about tea."
+    assert out.trail.continued == f"highspeed:{len(prefix)}"
+    sent = rig.calls("standard")[0]
+    assert sent["messages"][-1] == {"role": "assistant", "content": prefix} and sent["stream"]
+    usage = orjson.loads(out.body)["usage"]  # both tiers: the prefix's tokens are the first's
+    assert usage["completion_tokens"] > 3 and usage["prompt_tokens"] > 30
+    rig = Rig(by_tier(highspeed=Reply(chunks=events(LOOP)), standard=std))
+    out = await rig.dispatcher.complete(rig.call())
+    assert _content(out) == "More about tea." and out.trail.continued is None  # nothing to keep
+
+
+@aio
+async def test_a_tier_that_refuses_a_prefix_starts_over_and_is_not_asked_again() -> None:
+    refuse = Reply(status=400, body=b'{"error": "no prefill"}')
+    fast = Reply(chunks=events(HEAD, finish=None, done=False))
+    rig = Rig(by_tier(highspeed=fast, standard=[refuse, OK_STD]))
+    out = await rig.dispatcher.complete(rig.call())
+    assert out.tier == "standard" and _content(out) == "Standard answer."
+    assert out.trail.continued is None and rig.pools["standard"].continues is False
+    assert [c["messages"][-1]["role"] for c in rig.calls("standard")] == ["assistant", "user"]
+
+
+@aio
+async def test_no_continuation_where_it_cannot_be_one() -> None:
+    fast = Reply(chunks=events(HEAD, finish=None, done=False))
+    rig = Rig(by_tier(highspeed=fast, standard=OK_STD))
+    out = await rig.dispatcher.complete(rig.call(n=2))  # n > 1: every choice starts over
+    assert out.tier == "standard" and out.trail.continued is None
+    assert rig.calls("standard")[0]["messages"][-1]["role"] == "user"

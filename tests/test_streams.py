@@ -314,3 +314,35 @@ def test_text_that_only_starts_like_the_prefix_is_not_lost(
     )
     assert comments[-1].startswith(": x-gateway-fallback highspeed:stream_cut")
     assert content(events) == text
+
+
+@pytest.mark.parametrize(
+    ("fault", "reason", "prefix"),
+    [
+        ("cut_after=25", "highspeed:stream_cut", " ".join(ANSWER.split()[:25]) + " "),
+        ("stall_after=25", "highspeed:stall", " ".join(ANSWER.split()[:25]) + " "),
+        # the loop's unit ends in a space, like the text before it: the run starts there
+        ("loop_after=20", "highspeed:check_repetition", " ".join(ANSWER.split()[:20])),
+    ],
+    ids=["cut", "stall", "loop"],
+)
+def test_a_non_streamed_answer_continues_the_good_text(
+    gateway: str, engines: dict[str, str], fault: str, reason: str, prefix: str
+) -> None:
+    reset(engines)
+    client = openai.OpenAI(base_url=gateway + "/v1", api_key="k", max_retries=0)
+    raw = client.chat.completions.with_raw_response.create(
+        model="auto",
+        messages=[
+            {"role": "user", "content": f"q [[*: text={ANSWER}; per=1]] [[highspeed: {fault}]]"}
+        ],
+    )
+    resp = raw.parse()
+    assert resp.choices[0].message.content == ANSWER  # no gap, no duplicate, no loop
+    assert raw.headers["x-gateway-tier"] == "standard"
+    assert raw.headers["x-gateway-fallback"].startswith(reason)
+    assert raw.headers.get("x-gateway-continued") == f"highspeed:{len(prefix)}", raw.headers
+    cont = engine_requests(engines["standard"])[-1]
+    assert cont["messages"][-1] == {"role": "assistant", "content": prefix} and cont["stream"]
+    rest = len(ANSWER.split()) - len(prefix.split())  # the continuation's own tokens
+    assert resp.usage is not None and resp.usage.completion_tokens > rest  # both tiers

@@ -87,7 +87,7 @@ class Dispatcher:
         self.book = LatencyBook()
         self.hedges = HedgeBudget(cfg.hedge_share, cfg.hedge_burst)
         self._opener = StreamOpener(telemetry, self.book)
-        self._completer = Completer(self._opener, telemetry)
+        self._completer = Completer(self._opener, telemetry, repetition)
         self._repetition = repetition
 
     def call(

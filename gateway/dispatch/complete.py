@@ -15,41 +15,100 @@ from typing import Any
 
 import orjson
 
+from gateway.checks.repetition import find_any_loop
+from gateway.checks.settings import RepetitionSettings
 from gateway.dispatch.assemble import assemble, assemble_state, outputs
 from gateway.dispatch.call import Call
+from gateway.dispatch.continuation import continuation_body
 from gateway.dispatch.opening import Opening, StreamOpener, StreamStart, pull
-from gateway.dispatch.outcome import Trail
+from gateway.dispatch.outcome import Salvage, Trail
+from gateway.dispatch.splice import merge_usage
 from gateway.ops.telemetry import Telemetry
 from gateway.upstream.pools import Pool
+from gateway.upstream.sse import StreamState
 from gateway.upstream.transport import AttemptError
 
 Answer = tuple[bytes, dict[str, Any] | None]
+_CONTINUABLE = frozenset(("stream_cut", "stall", "too_slow", "timeout"))
 
 
 class Completer:
-    def __init__(self, opener: StreamOpener, telemetry: Telemetry):
+    def __init__(self, opener: StreamOpener, telemetry: Telemetry, repetition: RepetitionSettings):
         self._opener = opener
         self._tel = telemetry
+        self._repetition = repetition
 
     async def complete(self, call: Call, pool: Pool, how: Opening, trail: Trail) -> Answer:
         if not pool.tier.upstream_stream:
             return await self._plain(call, pool, how, trail)
-        body = call.body_for(pool, stream=True, stream_options={"include_usage": True})
+        salvage = trail.salvage  # an earlier tier's good text: continue it, don't start over
+        body = continuation_body(call, pool, salvage.prefix, salvage.tokens) if salvage else None
+        if body is None:
+            salvage = None
+            usage = {"include_usage": True}
+            body = orjson.dumps(call.body_for(pool, stream=True, stream_options=usage))
         how = how.assembling()
-        s = await self._opener.open(call, pool, orjson.dumps(body), how, trail)
+        try:
+            s = await self._opener.open(call, pool, body, how, trail)
+        except AttemptError as e:
+            if isinstance(e.partial, StreamState):  # e.g. a loop in the first read
+                self._keep(call, pool.name, e.partial, e, trail)
+            if salvage is None or e.retryable:
+                raise
+            pool.continues = False  # it refuses assistant prefixes: start over there
+            trail.salvage = None
+            return await self.complete(call, pool, how, trail)
+        answer = await self._read(call, s, how, trail)
+        live: StreamStart | None = s
+        if salvage is not None:  # the whole text is judged: the live phase saw only a part
+            answer, live = _joined(call, answer, salvage), None
+            trail.continued, trail.salvage = f"{salvage.tier}:{len(salvage.prefix)}", None
+        try:
+            self._judge(call, answer, how, trail, live)
+        except AttemptError as e:
+            if live is not None:
+                self._keep(call, live.pool.name, live.state, e, trail)
+            raise
+        return orjson.dumps(answer), answer.get("usage")
+
+    async def _read(self, call: Call, s: StreamStart, how: Opening, trail: Trail) -> dict[str, Any]:
+        """The rest of the stream, assembled; a failure leaves its good text to the next tier."""
         waited = s.waited_s  # what the opener counted already
         try:
             answer = await self._drain(call, s, how)
-        except BaseException:
+        except BaseException as e:
             s.up.close()
             s.finish(ok=True)
+            if isinstance(e, AttemptError):
+                self._keep(call, s.pool.name, s.state, e, trail)
             raise
         finally:
             trail.upstream_s += s.waited_s - waited
         s.up.release()
         s.finish(ok=True)
-        self._judge(call, answer, how, trail, s)
-        return orjson.dumps(answer), answer.get("usage")
+        return answer
+
+    def _keep(
+        self, call: Call, tier: str, state: StreamState, e: AttemptError, trail: Trail
+    ) -> None:
+        """What of a failed attempt's text the next tier can continue: what came before a loop
+        (not one copy of its unit: a model shown it tends to go on with it), or all of it
+        before a cut, a stall, a timeout."""
+        if trail.salvage or state.multi or state.tool_calls or not state.plain:
+            return
+        if not call.can_be_continued():
+            return
+        text = state.text()
+        if e.kind == "check_repetition":
+            loop = find_any_loop(text, self._repetition, state.finish_reason == "length")
+            prefix = "" if loop is None else text[: loop.start]  # its unit unseen: not primed
+        elif e.kind in _CONTINUABLE:
+            prefix = text
+        else:
+            return
+        if prefix.strip():
+            tokens = round(state.tokens * len(prefix) / len(text))
+            trail.salvage = Salvage(tier, prefix, tokens, state.usage)
 
     async def _drain(self, call: Call, s: StreamStart, how: Opening) -> dict[str, Any]:
         """Read the rest of the stream, checking as it grows; the assembled answer."""
@@ -160,6 +219,20 @@ def assemble_plain(kind: str, answer: dict[str, Any]) -> dict[str, Any]:
             raise TypeError("text is not a string")
     if answer.get("usage") is not None and not isinstance(answer["usage"], dict):
         raise TypeError("usage is not an object")
+    return answer
+
+
+def _joined(call: Call, answer: dict[str, Any], salvage: Salvage) -> dict[str, Any]:
+    """A continuation's answer with the text it continues in front (once: an engine that
+    repeats the prefix, as llama.cpp's server does, has it stripped); both tiers' usage."""
+    choice = answer["choices"][0]
+    msg, key = (choice["message"], "content") if call.req.kind == "chat" else (choice, "text")
+    text = msg.get(key) or ""
+    if text.startswith(salvage.prefix):
+        text = text[len(salvage.prefix) :]
+    msg[key] = salvage.prefix + text
+    if isinstance(answer.get("usage"), dict):
+        answer["usage"] = merge_usage(salvage.usage, salvage.tokens, answer["usage"])
     return answer
 
 

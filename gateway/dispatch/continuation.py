@@ -50,6 +50,7 @@ def continuation_body(call: Call, pool: Pool, prefix: str, sent_tokens: int) -> 
         if not isinstance(prompt, str):
             return None
         body["prompt"] = prompt + prefix
+    body["stream"] = True  # a continuation is read as a stream, also for a non-streamed call
     body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
     for key in ("max_tokens", "max_completion_tokens"):
         if isinstance(body.get(key), int):

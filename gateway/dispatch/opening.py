@@ -105,9 +105,7 @@ class StreamOpener:
         )
         if how.assemble:
             s.state.events = []
-        limits = pool.tier.timeouts
-        if how.guard_rate and limits.min_tokens_per_s > 0:
-            s.rate = RateGuard(limits.min_tokens_per_s, limits.rate_window)
+        s.rate = RateGuard.of(pool.tier.timeouts) if how.guard_rate else None
         t0 = time.perf_counter()
         try:
             async with asyncio.timeout(ttft):
@@ -134,6 +132,7 @@ class StreamOpener:
         except AttemptError as e:
             _abandon(s)
             pool.record(not e.retryable or e.kind.startswith("check_"))
+            e.partial = s.state  # what came before (a non-streamed call may continue it)
             raise
         except BaseException:
             _abandon(s)

@@ -18,6 +18,17 @@ class Failure:
         return f"{self.tier}:{self.kind}"
 
 
+@dataclass(frozen=True, slots=True)
+class Salvage:
+    """What a non-streamed attempt that broke off leaves the next tier: its good text (before
+    a loop, or all of it before a cut, stall or timeout), the tokens it took, its usage."""
+
+    tier: str
+    prefix: str
+    tokens: int
+    usage: dict[str, Any] | None = None
+
+
 @dataclass(slots=True)
 class Trail:
     """One request's way through the tiers: failures, time on engines, deliberate waits."""
@@ -29,6 +40,8 @@ class Trail:
     checks_failed: str | None = None  # the check the delivered answer failed (last tier)
     hedge: str | None = None  # a hedge fired: which tier won
     queue_s: float = 0.0  # waiting in the gateway's queue for a free slot (counts to deadline)
+    salvage: Salvage | None = None  # a failed non-streamed attempt's good text, to continue
+    continued: str | None = None  # "<tier>:<chars>": the answer continues that tier's text
 
     @property
     def fallback_kind(self) -> str | None:

@@ -11,6 +11,7 @@ blocked on a slow client is not the engine's and is not counted.
 
 from __future__ import annotations
 
+from gateway.core.rules import Timeouts
 from gateway.upstream.transport import AttemptError
 
 
@@ -22,6 +23,11 @@ class RateGuard:
         self._window = window
         self._at: float | None = None  # the window's start (the first token's time at first)
         self._events = 0  # output events at the window's start
+
+    @classmethod
+    def of(cls, t: Timeouts) -> RateGuard | None:
+        """The tier's guard, or None where it is off."""
+        return cls(t.min_tokens_per_s, t.rate_window) if t.min_tokens_per_s > 0 else None
 
     def check(self, events: int, now: float) -> None:
         """Raise ``too_slow`` when the window that just ended had too few output events."""

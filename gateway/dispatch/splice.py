@@ -84,21 +84,23 @@ class Splice:
             self._echo, self._held = None, ""
 
     def merge_usage(self, u2: dict[str, Any]) -> dict[str, Any]:
-        """Both tiers' usage. The first tier's own usage chunk never came (it broke off):
-        its completion tokens are the events it sent (one token each), its prompt tokens
-        the continuation's prompt minus the prefix it was given."""
-        c1 = self._first_tokens
-        u1 = self._first_usage or {}
-        p2 = int(u2.get("prompt_tokens") or 0)
-        p1 = int(u1.get("prompt_tokens") or max(0, p2 - c1))
-        c2 = int(u2.get("completion_tokens") or 0)
-        self.merged = {
-            **u2,
-            "prompt_tokens": p1 + p2,
-            "completion_tokens": c1 + c2,
-            "total_tokens": p1 + p2 + c1 + c2,
-        }
+        self.merged = merge_usage(self._first_usage, self._first_tokens, u2)
         return self.merged
+
+
+def merge_usage(u1: dict[str, Any] | None, c1: int, u2: dict[str, Any]) -> dict[str, Any]:
+    """Both tiers' usage. The first tier's own usage chunk never came (it broke off): its
+    completion tokens are the events it gave (one token each), its prompt tokens the
+    continuation's prompt minus the prefix it was given."""
+    p2 = int(u2.get("prompt_tokens") or 0)
+    p1 = int((u1 or {}).get("prompt_tokens") or max(0, p2 - c1))
+    c2 = int(u2.get("completion_tokens") or 0)
+    return {
+        **u2,
+        "prompt_tokens": p1 + p2,
+        "completion_tokens": c1 + c2,
+        "total_tokens": p1 + p2 + c1 + c2,
+    }
 
 
 def _role_only(choice: Any) -> bool:

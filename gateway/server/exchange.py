@@ -14,6 +14,7 @@ from gateway.dispatch.outcome import Trail, describe_fallback
 from gateway.headers import (
     H_BACKOFF,
     H_CHECKS_FAILED,
+    H_CONTINUED,
     H_COST,
     H_FALLBACK,
     H_HEDGE,
@@ -78,6 +79,8 @@ class Exchange:
             h[H_HEDGE] = t.hedge
         if t.checks_failed:
             h[H_CHECKS_FAILED] = t.checks_failed
+        if t.continued:
+            h[H_CONTINUED] = t.continued
         if self.cost is not None:
             h[H_COST] = usd(self.cost)
         return h

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import orjson
 
@@ -48,6 +48,7 @@ class AttemptError(Exception):
         self.status = status
         self.body = body  # the upstream's own answer, for client errors relayed as they are
         self.retry_after: float | None = None  # the engine's Retry-After, seconds
+        self.partial: Any = None  # the StreamState of a stream that failed after its first token
         self.transient = kind == "reset" or (status is not None and status in _TRANSIENT)
 
 
