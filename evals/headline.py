@@ -82,8 +82,14 @@ class Run:
     services: list[Any] = field(default_factory=list)  # Service or LocalEngines
 
 
-def _rules(out: Path, hedge: bool) -> Path:
+def _rules(out: Path, hedge: bool, engines: str) -> Path:
+    """The repository's rules; hedging off for the second gateway; on the simulator (which
+    speaks SGLang's API) its way of continuing an assistant text, as an SGLang deployment's
+    rules would say (the repository's rules name llama.cpp's, for the local engines)."""
     data = yaml.safe_load(REPO_RULES.read_text())
+    if engines == "sim":
+        for tier in data["tiers"].values():
+            tier["continuation"] = "continue_final_message"
     if not hedge:
         for route in (data["default"], *data["rules"]):
             route.pop("hedge_after", None)
@@ -138,7 +144,7 @@ def start_gateway(run: Run, out: Path, urls: dict[str, str], hedge: bool) -> str
         "gateway.cli",
         "serve",
         "--rules",
-        str(_rules(out, hedge)),
+        str(_rules(out, hedge, run.args.engines)),
         "--port",
         str(port),
     ]
