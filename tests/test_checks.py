@@ -826,3 +826,19 @@ def test_a_numbered_loop_starts_where_its_copies_do() -> None:
     # where periodicity starts: up to a period early when the clean text ends like a copy
     assert start is not None and "Pin versions" in text[:start]
     assert start <= text.index("10. Restart")
+
+
+@pytest.mark.parametrize(
+    ("text", "at"),
+    [
+        ("clean text", None),
+        ("Answer.<|im_end|><|im_start|>user", 7),
+        ("a <|im_start|> b <|im_end|>", 2),  # the first one, whichever token it is
+        ("<|im_end|>", 0),
+    ],
+)
+def test_where_a_template_leak_begins(text: str, at: int | None) -> None:
+    from gateway.checks.settings import TemplateLeakSettings
+    from gateway.checks.text import TemplateLeakCheck
+
+    assert TemplateLeakCheck(TemplateLeakSettings()).first_at(text) == at

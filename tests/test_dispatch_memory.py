@@ -680,9 +680,14 @@ def _content(out: Any) -> str:
 @pytest.mark.parametrize(
     ("fast", "prefix", "kind"),
     [  # what came before a loop (here its periodic run begins with the ". " before the
-        # first copy); before a cut or a stall, all of it
+        # first copy) or a leaked template token; before a cut or a stall, all of it
         (Reply(chunks=events(HEAD + LOOP)), "Tea is a drink", "check_repetition"),
         (Reply(chunks=events(HEAD, finish=None, done=False)), "Tea is a drink. ", "stream_cut"),
+        (
+            Reply(chunks=events([*HEAD, "<|im_end|>", "x"])),
+            "Tea is a drink. ",
+            "check_template_leak",
+        ),
         (Reply(chunks=events(HEAD)[:5], hang_after=5), "Tea is a drink. ", "stall"),
     ],
 )

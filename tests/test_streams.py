@@ -323,8 +323,9 @@ def test_text_that_only_starts_like_the_prefix_is_not_lost(
         ("stall_after=25", "highspeed:stall", " ".join(ANSWER.split()[:25]) + " "),
         # the loop's unit ends in a space, like the text before it: the run starts there
         ("loop_after=20", "highspeed:check_repetition", " ".join(ANSWER.split()[:20])),
+        ("leak_after=20", "highspeed:check_template_leak", " ".join(ANSWER.split()[:20]) + " "),
     ],
-    ids=["cut", "stall", "loop"],
+    ids=["cut", "stall", "loop", "leak"],
 )
 def test_a_non_streamed_answer_continues_the_good_text(
     gateway: str, engines: dict[str, str], fault: str, reason: str, prefix: str

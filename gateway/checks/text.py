@@ -66,6 +66,11 @@ class TemplateLeakCheck:
                 return fail(self.name, f"template token {snippet(token, 60)} in text")
         return PASS_CACHE[self.name]
 
+    def first_at(self, text: str) -> int | None:
+        """Where the first template token in ``text`` begins (None: there is none)."""
+        found = [i for token in self._tokens if (i := text.find(token)) >= 0]
+        return min(found) if found else None
+
 
 class RefusalCheck:
     """Fails when the first ``scan_chars`` characters match a refusal pattern."""

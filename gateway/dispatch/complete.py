@@ -17,6 +17,7 @@ import orjson
 
 from gateway.checks.repetition import find_any_loop
 from gateway.checks.settings import RepetitionSettings
+from gateway.checks.text import TemplateLeakCheck
 from gateway.dispatch.assemble import assemble, assemble_state, outputs
 from gateway.dispatch.call import Call
 from gateway.dispatch.continuation import continuation_body
@@ -92,8 +93,8 @@ class Completer:
         self, call: Call, tier: str, state: StreamState, e: AttemptError, trail: Trail
     ) -> None:
         """What of a failed attempt's text the next tier can continue: what came before a loop
-        (not one copy of its unit: a model shown it tends to go on with it), or all of it
-        before a cut, a stall, a timeout."""
+        (not one copy of its unit: a model shown it tends to go on with it) or before a
+        leaked template token, all of it before a cut, a stall, a trickle, a timeout."""
         if trail.salvage or state.multi or state.tool_calls or not state.plain:
             return
         if not call.can_be_continued():
@@ -102,6 +103,9 @@ class Completer:
         if e.kind == "check_repetition":
             loop = find_any_loop(text, self._repetition, state.finish_reason == "length")
             prefix = "" if loop is None else text[: loop.start]  # its unit unseen: not primed
+        elif e.kind == "check_template_leak":
+            found = [i for c in call.checks if (i := _leak_at(c, text)) is not None]
+            prefix = text[: min(found, default=0)]
         elif e.kind in _CONTINUABLE:
             prefix = text
         else:
@@ -220,6 +224,10 @@ def assemble_plain(kind: str, answer: dict[str, Any]) -> dict[str, Any]:
     if answer.get("usage") is not None and not isinstance(answer["usage"], dict):
         raise TypeError("usage is not an object")
     return answer
+
+
+def _leak_at(check: object, text: str) -> int | None:
+    return check.first_at(text) if isinstance(check, TemplateLeakCheck) else None
 
 
 def _joined(call: Call, answer: dict[str, Any], salvage: Salvage) -> dict[str, Any]:
