@@ -10,9 +10,10 @@ Engines: ``sim`` (default) starts the project's SGLang-shaped simulator twice â€
 ``local`` starts the real local llama.cpp engines (a short run; no faults can be
 injected into a real engine). The gateway runs with the repository's rules, its tiers
 pointed at those engines (on the simulator, which speaks SGLang's API, with SGLang's way
-of continuing an assistant text, ``continuation: continue_final_message``). Targets, interleaved request by request in one run: the fast
-tier raw, the standard tier raw, the gateway, and (unless ``--no-hedge-target``) a second
-gateway with hedging off, so hedging on vs off is measured in the same run.
+of continuing an assistant text, ``continuation: continue_final_message``). Targets,
+interleaved request by request in one run: the fast tier raw, the standard tier raw, the
+gateway, and (unless ``--no-hedge-target``) a second gateway with hedging off, so hedging
+on vs off is measured in the same run.
 
 Per mode (streamed and non-streamed chat) and client count: TTFT (first content byte;
 a non-streamed answer's latency), TPOT, latency P50/P95/P99, output tokens/s per request,
