@@ -41,7 +41,7 @@ def fed(payloads: list[bytes], general: bool = False, chat: bool = True) -> Stre
 
 def summary(s: StreamState) -> tuple[object, ...]:
     return (s.id, s.model, s.created, s.text(), s.tokens, s.chars, s.finish_reason, s.usage,
-            s.tool_calls, s.multi, s.plain, len(s.events or ()), s.first.get("id"))
+            s.tool_calls, s.multi, s.plain, s.first.get("id"))
 
 
 def test_fast_and_general_paths_agree_on_a_plain_stream() -> None:
@@ -72,15 +72,15 @@ def state_of(s: StreamState) -> tuple[object, ...]:
 @pytest.mark.parametrize(
     "data",
     [
-        block(PLAIN_STREAM),  # one array decode
+        block(PLAIN_STREAM),
         block([*PLAIN_STREAM, b"[DONE]"]),
-        block(PLAIN_STREAM[:1]),  # one event: the one-event path
-        b": keep-alive\n\n" + block(PLAIN_STREAM),  # a comment: event by event
+        block(PLAIN_STREAM[:1]),
+        b": keep-alive\n\n" + block(PLAIN_STREAM),  # a comment
         block(PLAIN_STREAM).replace(b"data: ", b"data:"),  # no space after the colon
         block(PLAIN_STREAM[:2]) + b"event: x\n" + block(PLAIN_STREAM[2:]),
         block([*PLAIN_STREAM[:3], chunk({"content": "!", "refusal": "no"})]),  # not plain
         block([*PLAIN_STREAM, ev({"choices": [{"index": 1, "delta": {"content": "z"}}]})]),
-        block([b"[DONE]", *PLAIN_STREAM]),  # events after [DONE]: not an array
+        block([b"[DONE]", *PLAIN_STREAM]),  # events after [DONE]
     ],
 )
 def test_a_block_reads_as_its_events_one_by_one(data: bytes) -> None:
@@ -88,17 +88,16 @@ def test_a_block_reads_as_its_events_one_by_one(data: bytes) -> None:
     assert state_of(by_block(data)) == state_of(one_by_one)
 
 
-def test_a_plain_block_is_decoded_in_one_call() -> None:  # the first event, then the rest
-    s = by_block(block([*PLAIN_STREAM, b"[DONE]"]))
-    whole = block([*PLAIN_STREAM, b"[DONE]"])
-    assert len(s.events or ()) == 2 and b"".join(s.events or ()) == whole and s.done
-    assert len(by_block(b": c\n\n" + block(PLAIN_STREAM)).events or ()) == len(PLAIN_STREAM)
+def test_a_block_is_kept_once_as_it_came() -> None:
+    data = b": c\n\n" + block([*PLAIN_STREAM, b"[DONE]"])
+    s = by_block(data)
+    assert s.events == [data] and s.done and s.text() == "Hello world"
 
 
 @pytest.mark.parametrize(
     ("payloads", "kind"),
     [
-        ([b'{"choices": [{"index": 0', b'"delta": {"content": "x"}}]}'], "bad_stream"),  # glued
+        ([b'{"choices": [{"index": 0', b'"delta": {"content": "x"}}]}'], "bad_stream"),  # halves
         ([PLAIN_STREAM[0], b"{not json"], "bad_stream"),
         ([PLAIN_STREAM[0], ev({"error": {"message": "overloaded"}})], "stream_error"),
         ([PLAIN_STREAM[0], ev({"choices": [{"delta": {"content": 5}}]})], "bad_stream"),

@@ -22,9 +22,8 @@ PROMPT = "Hello, how are you? Please answer briefly."
 """Classified by the gateway as plain chat: default rule, tier highspeed, default checks."""
 ANSWER = "I am doing well, thank you for asking! How can I help you today?"
 """The fake upstream's answer; a stream carries it as its first tokens (one per word)."""
-ANSWER_TOKENS = 14
-NON_STREAM_MAX_TOKENS = ANSWER_TOKENS
-"""A non-streamed request asks for the answer's length: the gateway, which asks engines
+ANSWER_TOKENS = len(ANSWER.split(" "))
+"""What a non-streamed request asks for (``max_tokens``): the gateway, which asks engines
 for a stream, then reads the same 14 tokens that the direct and relay targets get as one
 JSON object (a 50-token stream against a 14-token object would measure the answers)."""
 
@@ -34,7 +33,7 @@ def chat_body(stream: bool, model: str = "auto") -> bytes:
     body: dict[str, Any] = {
         "model": model,
         "messages": [{"role": "user", "content": PROMPT}],
-        "max_tokens": 64 if stream else NON_STREAM_MAX_TOKENS,
+        "max_tokens": 64 if stream else ANSWER_TOKENS,
     }
     if stream:
         body["stream"] = True

@@ -30,9 +30,7 @@ from typing import Any, cast
 from evals.bench.common import ANSWER, ANSWER_TOKENS, CHAT_PATH, loop_name, require_loopback, run
 
 MODEL = "fake-model"
-WORDS = [w + " " for w in ANSWER.split(" ")]
-WORDS[-1] = WORDS[-1].rstrip()
-assert len(WORDS) == ANSWER_TOKENS
+WORDS = [w + " " for w in ANSWER.split(" ")[:-1]] + ANSWER.split(" ")[-1:]  # ANSWER_TOKENS
 _BASE = {"id": "chatcmpl-fake0001", "created": 1700000000, "model": MODEL,
          "system_fingerprint": "fp_fake"}
 

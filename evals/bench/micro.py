@@ -49,7 +49,7 @@ from gateway.core.router import RouteDecision, Router
 from gateway.core.rules import load_rules
 from gateway.dispatch.loopguard import LoopGuard
 from gateway.settings import REPO_RULES
-from gateway.upstream.sse import StreamState
+from gateway.upstream.sse import SSEFramer, StreamState
 
 ROOT = Path(__file__).resolve().parents[2]
 CLASSIFY_ROUTE_TARGET_US = 50.0
@@ -245,7 +245,31 @@ def run(rules_path: Path, repeat: int) -> list[Timing]:
     out.append(time_us("live loop guard, per 1-word chunk of a prose stream (2,000 chunks)",
                        partial(_loop_guard, prose(ANSWER_CHARS * 3, seed=2).split(" ")[:2000]),
                        repeat, LOOP_GUARD_TARGET_US, per=2000))
+    events = _bench_stream(50)
+    n = events.count(b"\n\n")
+    out.append(time_us(f"SSE: one read of {n} events, framed, decoded, kept (per event)",
+                       partial(_read_block, events), repeat, per=n))
     return out
+
+
+def _bench_stream(chunks: int) -> bytes:
+    """The SSE events of the proxy benchmark's fake upstream (its HTTP chunking removed)."""
+    from evals.bench.fake_upstream import stream_events
+
+    out = b""
+    for piece in stream_events(chunks, include_usage=True)[:-1]:  # the zero chunk last
+        size, rest = piece.split(b"\r\n", 1)
+        out += rest[: int(size, 16)]
+    return out
+
+
+def _read_block(events: bytes) -> None:
+    """What the gateway does with one read of a non-streamed call's upstream stream."""
+    state = StreamState(True)
+    state.events = []
+    state.feed_block(SSEFramer().feed_bytes(events))
+    if not state.done:
+        raise SystemExit("the benchmark stream did not read to its end")
 
 
 def _loop_guard(words: list[str]) -> None:

@@ -180,14 +180,15 @@ def find_any_loop(text: str, st: RepetitionSettings, at_limit: bool = False) -> 
     return _find_loop(text, st) or _find_numbered(text, st, at_limit)
 
 
-def find_loop_start(text: str, settings: RepetitionSettings) -> int | None:
+def find_loop_start(text: str, settings: RepetitionSettings, at_limit: bool = False) -> int | None:
     """Index where the first detected loop begins, or None when there is no loop.
 
     ``text[:index]`` is the clean part before the loop (generation can continue from it). The
     index is where exact periodicity starts, so it can sit up to one period before the first
     full copy of the repeated unit when the clean text happens to end like the unit does.
+    ``at_limit``: the answer ran into its token limit (numbered loops count from fewer copies).
     """
-    loop = find_any_loop(text, settings)
+    loop = find_any_loop(text, settings, at_limit)
     return None if loop is None else loop.start
 
 

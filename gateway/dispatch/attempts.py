@@ -164,7 +164,7 @@ class Dispatcher:
         token = asyncio.Event() if hedge else None
         deliver = not later and call.d.on_last_failure == "deliver"
         hold = self._hold(call, tier)
-        return Opening(hold, until, deliver, call.req.stream, False, token, bool(later))
+        return Opening(hold, until, deliver, call.req.stream, token, bool(later))
 
     async def _hedged(
         self, call: Call, tiers: tuple[str, ...], attempt: Attempt[T], trail: Trail

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from gateway.checks.repetition import find_any_loop
+from gateway.checks.repetition import find_loop_start
 from gateway.checks.settings import RepetitionSettings
 from gateway.checks.text import TemplateLeakCheck
 from gateway.dispatch.assemble import assemble, assemble_state, outputs
@@ -48,11 +48,10 @@ class Completer:
             salvage = None
             usage = {"include_usage": True}
             body = orjson.dumps(call.body_for(pool, stream=True, stream_options=usage))
-        how = how.assembling()
         try:
             s = await self._opener.open(call, pool, body, how, trail)
         except AttemptError as e:
-            if isinstance(e.partial, StreamState):  # e.g. a loop in the first read
+            if e.partial is not None:  # e.g. a loop in the first read
                 self._keep(call, pool.name, e.partial, e, trail)
             if salvage is None or e.retryable:
                 raise
@@ -97,22 +96,17 @@ class Completer:
         leaked template token, all of it before a cut, a stall, a trickle, a timeout."""
         if trail.salvage or state.multi or state.tool_calls or not state.plain:
             return
-        if not call.can_be_continued():
-            return
-        text = state.text()
+        text, at = state.text(), None
         if e.kind == "check_repetition":
-            loop = find_any_loop(text, self._repetition, state.finish_reason == "length")
-            prefix = "" if loop is None else text[: loop.start]  # its unit unseen: not primed
+            at = find_loop_start(text, self._repetition, state.finish_reason == "length")
         elif e.kind == "check_template_leak":
-            found = [i for c in call.checks if (i := _leak_at(c, text)) is not None]
-            prefix = text[: min(found, default=0)]
+            leak = next((c for c in call.checks if isinstance(c, TemplateLeakCheck)), None)
+            at = leak.first_at(text) if leak is not None else None
         elif e.kind in _CONTINUABLE:
-            prefix = text
-        else:
-            return
-        if prefix.strip():
-            tokens = round(state.tokens * len(prefix) / len(text))
-            trail.salvage = Salvage(tier, prefix, tokens, state.usage)
+            at = len(text)
+        if at and text[:at].strip() and call.can_be_continued():
+            tokens = round(state.tokens * at / len(text))
+            trail.salvage = Salvage(tier, text[:at], tokens, state.usage)
 
     async def _drain(self, call: Call, s: StreamStart, how: Opening) -> dict[str, Any]:
         """Read the rest of the stream, checking as it grows; the assembled answer."""
@@ -224,10 +218,6 @@ def assemble_plain(kind: str, answer: dict[str, Any]) -> dict[str, Any]:
     if answer.get("usage") is not None and not isinstance(answer["usage"], dict):
         raise TypeError("usage is not an object")
     return answer
-
-
-def _leak_at(check: object, text: str) -> int | None:
-    return check.first_at(text) if isinstance(check, TemplateLeakCheck) else None
 
 
 def _joined(call: Call, answer: dict[str, Any], salvage: Salvage) -> dict[str, Any]:

@@ -86,7 +86,7 @@ class Continuer:
 
     def loop_start(self, state: StreamState) -> int | None:
         """Where the loop in a stream's text begins (the clean text is before it)."""
-        return find_loop_start(state.text(), self._repetition)
+        return find_loop_start(state.text(), self._repetition, state.finish_reason == "length")
 
     async def open(
         self, after: str, prefix: str, sent_tokens: int, trail: Trail

@@ -54,6 +54,12 @@ class _Broken(Exception):
         self.upstream_fault = upstream_fault
 
 
+def _resumable(state: StreamState) -> bool:
+    """Whether a broken stream could be continued on another tier at all (tool-call
+    deltas and interleaved choices cannot)."""
+    return not (state.tool_calls or state.multi)
+
+
 @contextlib.contextmanager
 def _as_broken() -> Iterator[None]:
     """Upstream trouble while a stream is relayed, as :class:`_Broken`."""
@@ -135,7 +141,7 @@ class StreamRelay:
                     continue
                 usage = state.usage
                 state.feed_block(complete)
-                if rate is not None and not state.tool_calls:
+                if rate is not None and _resumable(state):
                     rate.check(state.emitted, time.monotonic() - self.blocked_s)
                 bad = live.maybe_run(state)
                 if bad is not None:
@@ -215,7 +221,7 @@ class StreamRelay:
     async def _recover(self, sink: Sink, broken: StreamStart, b: _Broken) -> None:
         state = broken.state
         why = f"tier {self.tier} failed mid-stream ({b.kind})"
-        if state.tool_calls or state.multi or not self._can_continue():
+        if not (_resumable(state) and self._can_continue()):
             await self._error(sink, f"The stream broke off: {why}; it cannot be continued.")
             return
         text = state.text()

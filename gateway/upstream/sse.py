@@ -20,7 +20,6 @@ says precisely what is wrong or marks the stream as not plain.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -163,8 +162,6 @@ class _FirstEvent(_Event):
 
 _FIRST = msgspec.json.Decoder(_FirstEvent)
 _NEXT = msgspec.json.Decoder(_Event)
-_FIRSTS = msgspec.json.Decoder(list[_FirstEvent])
-_NEXTS = msgspec.json.Decoder(list[_Event])
 
 
 class StreamState:
@@ -212,6 +209,20 @@ class StreamState:
     def feed(self, payload: bytes) -> bool:
         """Take one event's payload; True when it carried output (a token). An event that
         is not what an OpenAI stream carries is an upstream failure, never a crash."""
+        if self.events is not None:
+            self.events.append(b"data: " + payload + b"\n\n")
+        return self._feed_one(payload)
+
+    def feed_block(self, block: bytes) -> bool:
+        """Take the complete events the framer cut; True when one carried output."""
+        if self.events is not None:
+            self.events.append(block)
+        token = False
+        for p in data_payloads(block):
+            token = self._feed_one(p) or token
+        return token
+
+    def _feed_one(self, payload: bytes) -> bool:
         if payload == b"[DONE]":
             self.done = True
             return False
@@ -223,52 +234,7 @@ class StreamState:
             raise AttemptError("bad_stream", "an event is not JSON") from None
         if ev.error:
             return self._feed_general(payload)  # it words the error
-        if self.events is not None:
-            self.events.append(b"data: " + payload + b"\n\n")
-        return self._take(ev)
-
-    def feed_block(self, block: bytes) -> bool:
-        """Take the complete events the framer cut (``data: ...\n\n`` each); True when one
-        carried output. The usual block, one ``data:`` line per event, is decoded in one
-        call as a JSON array of typed events (anything else in it, a comment, an ``event:``
-        line, a second ``data:`` line, leaves the array malformed); what does not decode
-        so (or is not plain) goes event by event through :meth:`feed`, which words what
-        is wrong."""
-        token = False
-        if self.id is None and block.startswith(b"data: {"):  # the first event names it
-            cut = block.find(b"\n\n") + 2
-            token = self.feed(block[6 : cut - 2])
-            block = block[cut:]
-        if block.startswith(b"data: {") and (n := block.count(b"\n\n")) > 1:
-            body, done = block[6:-2], False
-            if body.endswith(b"\n\ndata: [DONE]"):
-                body, done, n = body[:-14], True, n - 1
-            evs = self._decode_many(b"[" + body.replace(b"\n\ndata: ", b",") + b"]", n)
-            if evs is not None:
-                if self.events is not None:
-                    self.events.append(block)
-                for ev in evs:
-                    token = self._take(ev) or token
-                self.done = self.done or done
-                return token
-        for p in data_payloads(block):
-            token = self.feed(p) or token
-        return token
-
-    def _decode_many(self, array: bytes, n: int) -> Sequence[_Event] | None:
-        """``n`` plain events, or None: then one by one (the count guards against payloads
-        that are not JSON alone but would be once joined)."""
-        try:
-            evs: Sequence[_Event] = (_FIRSTS if self.id is None else _NEXTS).decode(array)
-        except msgspec.DecodeError:  # ValidationError included
-            return None
-        if len(evs) != n or any(ev.error for ev in evs):
-            return None
-        return evs
-
-    def _take(self, ev: _Event) -> bool:
-        """One typed (plain) event: text, tool calls, finish reason, usage of choice 0."""
-        if self.id is None and isinstance(ev, _FirstEvent):
+        if isinstance(ev, _FirstEvent):
             self.first = {k: getattr(ev, k) for k in TOP_KEYS}
             self.id, self.model, self.created = ev.id, ev.model, ev.created
         usage = ev.usage
@@ -335,8 +301,6 @@ class StreamState:
         if err:
             msg = err.get("message", "") if isinstance(err, dict) else str(err)
             raise AttemptError("stream_error", str(msg)[:160] or "error event")
-        if self.events is not None:
-            self.events.append(b"data: " + payload + b"\n\n")
         if self.id is None:
             self.first = obj
             self.id, self.model, self.created = obj.get("id"), obj.get("model"), obj.get("created")

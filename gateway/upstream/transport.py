@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import orjson
 
 from gateway.upstream import h1
+
+if TYPE_CHECKING:
+    from gateway.upstream.sse import StreamState
 
 MAX_ERROR_BODY = 64 * 1024
 MAX_JSON_ANSWER = 64 * 1024 * 1024
@@ -48,7 +51,7 @@ class AttemptError(Exception):
         self.status = status
         self.body = body  # the upstream's own answer, for client errors relayed as they are
         self.retry_after: float | None = None  # the engine's Retry-After, seconds
-        self.partial: Any = None  # the StreamState of a stream that failed after its first token
+        self.partial: StreamState | None = None  # a stream that failed after its first token
         self.transient = kind == "reset" or (status is not None and status in _TRANSIENT)
 
 
