@@ -448,6 +448,62 @@ async def test_a_live_loop_reaches_the_client_at_most_twice() -> None:
     assert rig.calls("standard")[0]["messages"][-1]["content"] in ("Green tea is ", "Green tea is")
 
 
+@aio
+async def test_a_candidate_loop_opens_its_continuation_ahead() -> None:
+    # held from its second copy, confirmed at 200 characters (the sixth copy of this
+    # 35-character unit): the continuation is asked for at the second copy, and used
+    unit = "I will repeat this sentence again. "
+    texts = ["Green ", "tea ", "is ", *[unit] * 40]
+    fast = Reply(chunks=events(texts, finish=None, done=False), gap=0.003)
+    read_when_called: list[int] = []
+
+    def handler(tier: str, body: dict[str, Any]) -> Reply:
+        if tier == "highspeed":
+            return fast
+        read_when_called.append(rig.transports.by_tier["highspeed"].streams[0]._i)
+        return Reply(chunks=events(["good."]))
+
+    rig = Rig(handler)
+    sink, relay = await _relay(rig)
+    assert sink.text().count(unit.strip()) <= 2 and sink.text().endswith("good.")
+    assert relay.tier == "standard" and len(rig.calls("standard")) == 1  # opened once
+    second_copy = 1 + 3 + 2  # chunks read by then: the role chunk, three words, two copies
+    assert read_when_called[0] in (second_copy, second_copy + 1)  # not at the sixth
+    assert rig.calls("standard")[0]["messages"][-1]["content"] in ("Green tea is ", "Green tea is")
+    assert [f.kind for f in relay.trail.failures] == ["check_repetition"]
+    assert rig.pools["standard"].replicas[0].in_flight == 0
+
+
+@pytest.mark.parametrize(
+    ("name", "rows", "opened"),
+    [
+        ("a table whose rows repeat, then prose", [["| 1 | 2 | 3 | 4 |\n"] * 4], 1),
+        (
+            "three such tables: at most two continuations ahead",
+            [[f"| {c} | {c} | {c} | {c} |\n"] * 4 for c in "xyz"],
+            2,
+        ),
+    ],
+)
+@aio
+async def test_a_candidate_that_breaks_off_drops_its_continuation(
+    name: str, rows: list[list[str]], opened: int
+) -> None:
+    texts = ["Rows:\n"]
+    for table in rows:
+        texts += [*table, "That is all there is to say here.\n"]
+    fast = Reply(chunks=events(texts), gap=0.01)
+    std = Reply(chunks=events(["unused."]), delay=0.5)  # still opening when it is dropped
+    rig = Rig(by_tier(highspeed=fast, standard=std))
+    sink, relay = await _relay(rig)
+    assert sink.text() == "".join(texts) and relay.tier == "highspeed", name
+    assert not relay.trail.failures and not relay.broken
+    assert len(rig.calls("standard")) == opened, name
+    await asyncio.sleep(0)  # the dropped openings unwind
+    assert all(s.closed for s in rig.transports.by_tier["standard"].streams)
+    assert rig.pools["standard"].replicas[0].in_flight == 0
+
+
 @pytest.mark.parametrize(
     ("done", "finish", "ends_in_error"),
     [(True, "stop", False), (False, "stop", False), (False, None, True)],

@@ -302,7 +302,7 @@ class Route(_Strict):
         default=None,
         description="start the next tier beside the first when it has no token after this "
         "many seconds, or 'auto' (3x the first tier's observed p90 time to first token, "
-        "0.05-2 s); the first good answer wins; null: no hedging",
+        "0.02-2 s); the first good answer wins; null: no hedging",
     )
 
     @field_validator("hedge_after")

@@ -54,6 +54,11 @@ from gateway.upstream.transport import AttemptError
 
 T = TypeVar("T")
 log = logging.getLogger("gateway.dispatch")
+HEDGE_AUTO = (3.0, 0.02, 2.0)
+"""``hedge_after: auto``: this many times the first tier's p90 time to first token, within
+these seconds. The floor is above a LAN's jitter, and low enough that a hedge on a tier
+whose first token takes 7 ms does not cost a tail answer 50 ms (the floor until round 6)."""
+HEDGE_AUTO_UNSEEN = 1.0  # seconds, until the tier has a first-token sample
 Attempt = Callable[[str, Opening], Awaitable[T]]
 
 
@@ -154,7 +159,10 @@ class Dispatcher:
         if isinstance(setting, float | int):
             return float(setting)
         seen = self.book.p90(tier, "ttft")  # "auto"
-        return 1.0 if seen is None else min(2.0, max(0.05, 3.0 * seen))
+        if seen is None:
+            return HEDGE_AUTO_UNSEEN
+        factor, floor, ceiling = HEDGE_AUTO
+        return min(ceiling, max(floor, factor * seen))
 
     def _how(self, call: Call, tiers: tuple[str, ...], tier: str, hedge: bool = False) -> Opening:
         """The attempt's limits: the deadline minus what the tiers after it need."""
