@@ -359,6 +359,23 @@ async def test_a_slow_first_token_is_hedged_and_the_loser_closed() -> None:
     assert rig.pools["highspeed"].replicas[0].in_flight == 0
 
 
+@pytest.mark.parametrize(
+    ("setting", "ttft_samples", "delay"),
+    [
+        (0.3, [], 0.3),  # a number is the delay
+        ("auto", [], 1.0),  # no sample yet
+        ("auto", [0.005] * 10, 0.02),  # 3x 5 ms is under the floor
+        ("auto", [0.007] * 14 + [0.1] * 2, 0.3),  # 3x the p90
+        ("auto", [0.9] * 10, 2.0),  # the ceiling
+    ],
+)
+def test_the_hedge_delay(setting: float | str, ttft_samples: list[float], delay: float) -> None:
+    rig = Rig(by_tier(highspeed=OK_FAST, standard=OK_STD))
+    for s in ttft_samples:
+        rig.dispatcher.book.add("highspeed", "ttft", s)
+    assert rig.dispatcher._hedge_delay(setting, "highspeed") == pytest.approx(delay)
+
+
 @aio
 async def test_hedges_are_capped_by_their_budget() -> None:
     slow = Reply(chunks=events(["Late."]), delay=0.12)
