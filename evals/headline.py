@@ -82,6 +82,9 @@ class Run:
     targets: list[Target] = field(default_factory=list)
     samples: list[Sample] = field(default_factory=list)
     services: list[Any] = field(default_factory=list)  # Service or LocalEngines
+    standard_url: str = ""
+    # per cell, what the standard tier's own counters grew by: (requests, generated tokens)
+    standard_load: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 def _rules(out: Path, hedge: bool, engines: str) -> Path:
@@ -190,6 +193,8 @@ async def _stream(resp: aiohttp.ClientResponse, s: Sample, t0: float) -> tuple[s
         while b"\n\n" in buf:
             event, buf = buf.split(b"\n\n", 1)
             for line in event.split(b"\n"):
+                if line.startswith(b": x-gateway-fallback"):  # a stream continued elsewhere
+                    s.fallback = True
                 if not line.startswith(b"data: "):
                     continue
                 data = line[6:]
@@ -267,8 +272,31 @@ async def cell(run: Run, mode: str, clients: int) -> None:
                 run.samples.append(await one(session, target, i, mode, clients, a.timeout))
 
         t0 = time.monotonic()
+        before = await _standard_counters(session, run.standard_url)
         await asyncio.gather(*(worker() for _ in range(clients)))
+        after = await _standard_counters(session, run.standard_url)
     log(f"{mode} c={clients}: {len(jobs)} requests in {time.monotonic() - t0:.1f}s")
+    if before is not None and after is not None:
+        run.standard_load[f"{mode} c={clients}"] = (after[0] - before[0], after[1] - before[1])
+
+
+async def _standard_counters(session: aiohttp.ClientSession, url: str) -> tuple[int, int] | None:
+    """The standard engine's requests and generated tokens so far (SGLang's counters, which
+    the simulator keeps too): what the gateways add to its load, hedges that lost and
+    continuations dropped included. None where the engine has no such metrics."""
+    try:
+        async with session.get(url + "/metrics", timeout=aiohttp.ClientTimeout(total=5)) as r:
+            text = await r.text() if r.status == 200 else ""
+    except (aiohttp.ClientError, TimeoutError):
+        return None
+    found: dict[str, int] = {}
+    for line in text.splitlines():
+        name, _, value = line.partition("{")
+        if name in ("sglang:num_requests_total", "sglang:generation_tokens_total"):
+            found[name] = int(float(value.rpartition(" ")[2]))
+    if len(found) < 2:
+        return None
+    return found["sglang:num_requests_total"], found["sglang:generation_tokens_total"]
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -293,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     run = Run(a)
     try:
         urls = start_engines(run, out)
+        run.standard_url = urls["standard"]
         rules = yaml.safe_load(REPO_RULES.read_text())
         models = {t: rules["tiers"][t].get("model") or t for t in ("highspeed", "standard")}
         run.targets = [
@@ -309,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for s in run.services:
             s.stop()
-    text = report(run.samples, [t.name for t in run.targets], a, out)
+    text = report(run.samples, [t.name for t in run.targets], a, out, run.standard_load)
     print(text)
     log(f"results: {out}")
     return 0

@@ -145,7 +145,53 @@ def _plot(cells: dict[str, dict[str, dict[str, Any]]], names: list[str], path: P
     return True
 
 
-def report(samples: list[Any], names: list[str], a: argparse.Namespace, out: Path) -> str:
+def _load_table(
+    samples: list[Any], load: dict[str, tuple[int, int]], gateways: list[str]
+) -> list[str]:
+    """The standard tier's own counters per cell, less what its raw target asked of it."""
+    rows = []
+    for key, (requests, tokens) in load.items():
+        mode, c = key.split(" c=")
+        cell = [s for s in samples if s.mode == mode and s.clients == int(c)]
+        raw = [s for s in cell if s.target == "standard (raw)"]
+        asked = sum(1 for s in cell if s.target in gateways)
+        extra = requests - len(raw), tokens - sum(s.tokens for s in raw)
+        rows.append(
+            [
+                key,
+                f"{requests} / {tokens:,}",
+                f"{len(raw)} / {tokens - extra[1]:,}",
+                f"{extra[0]} / {extra[1]:,}",
+                f"{extra[0] / max(1, asked):.0%}",
+            ]
+        )
+    if not rows:
+        return []
+    head = [
+        "cell",
+        "standard tier: requests / tokens generated",
+        "its raw target's",
+        f"the gateways' ({', '.join(gateways)})",
+        "per gateway request",
+    ]
+    return [
+        "The standard tier's load, from its own counters (`sglang:num_requests_total`, "
+        "`sglang:generation_tokens_total`) before and after each cell: fallbacks, hedges "
+        "(won or lost), continuations, and continuations opened ahead of a candidate loop "
+        "and dropped, all included.",
+        "",
+        md_table(head, rows),
+        "",
+    ]
+
+
+def report(
+    samples: list[Any],
+    names: list[str],
+    a: argparse.Namespace,
+    out: Path,
+    load: dict[str, tuple[int, int]] | None = None,
+) -> str:
     cells: dict[str, dict[str, dict[str, Any]]] = {}
     for s in samples:
         cells.setdefault(f"{s.mode} c={s.clients}", {}).setdefault(s.target, [])  # type: ignore[arg-type]
@@ -179,6 +225,7 @@ def report(samples: list[Any], names: list[str], a: argparse.Namespace, out: Pat
             ),
             "",
         ]
+    lines += _load_table(samples, load or {}, [n for n in names if n.startswith("gateway")])
     if _plot(cells, names, out / "headline.png"):
         lines += ["![latency and TTFT per target](headline.png)", ""]
     text = "\n".join(lines)
@@ -186,6 +233,7 @@ def report(samples: list[Any], names: list[str], a: argparse.Namespace, out: Pat
     raw = {
         "args": vars(a) | {"out": str(a.out)},
         "cells": cells,
+        "standard_load": load or {},
         "samples": [asdict(s) for s in samples],
     }
     (out / "headline.json").write_text(json.dumps(raw, indent=1, default=str))
