@@ -784,6 +784,41 @@ async def test_a_non_streamed_answer_continues_what_the_first_tier_got_right(
 
 
 @aio
+async def test_a_non_streamed_candidate_loop_opens_its_continuation_ahead() -> None:
+    texts = [*HEAD, *LOOP]
+    fast = Reply(chunks=events(texts, finish=None, done=False), gap=0.003)
+    read_when_called: list[int] = []
+
+    def handler(tier: str, body: dict[str, Any]) -> Reply:
+        if tier == "highspeed":
+            return fast
+        read_when_called.append(rig.transports.by_tier["highspeed"].streams[0]._i)
+        return Reply(chunks=events(["More ", "about ", "tea."]))
+
+    rig = Rig(handler)
+    out = await rig.dispatcher.complete(rig.call())
+    assert out.tier == "standard" and _content(out) == "Tea is a drinkMore about tea."
+    assert len(rig.calls("standard")) == 1 and out.trail.continued == "highspeed:14"
+    second_copy = 1 + len(HEAD) + 2  # the role chunk, the head, two copies
+    assert read_when_called[0] in (second_copy, second_copy + 1)  # not at the sixth copy
+    assert rig.pools["standard"].replicas[0].in_flight == 0
+
+
+@aio
+async def test_a_non_streamed_candidate_that_breaks_off_drops_its_continuation() -> None:
+    texts = ["Rows:\n", *["| 1 | 2 | 3 | 4 |\n"] * 4, "That is all there is to say here.\n"]
+    fast = Reply(chunks=events(texts), gap=0.01)
+    std = Reply(chunks=events(["unused."]), delay=0.5)  # still opening when it is dropped
+    rig = Rig(by_tier(highspeed=fast, standard=std))
+    out = await rig.dispatcher.complete(rig.call())
+    assert out.tier == "highspeed" and _content(out) == "".join(texts)
+    assert not out.trail.failures and len(rig.calls("standard")) == 1
+    await asyncio.sleep(0)  # the dropped opening unwinds
+    assert all(s.closed for s in rig.transports.by_tier["standard"].streams)
+    assert rig.pools["standard"].replicas[0].in_flight == 0
+
+
+@aio
 async def test_a_tier_that_refuses_a_prefix_starts_over_and_is_not_asked_again() -> None:
     refuse = Reply(status=400, body=b'{"error": "no prefill"}')
     fast = Reply(chunks=events(HEAD, finish=None, done=False))

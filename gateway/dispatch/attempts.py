@@ -103,11 +103,15 @@ class Dispatcher:
     # -- the two entry points -----------------------------------------------------------------
     async def complete(self, call: Call) -> Outcome:
         trail = Trail()
+        cont = Continuer(call, self._pools, self._opener, self._run, self._repetition)
 
         async def attempt(tier: str, how: Opening) -> tuple[bytes, dict[str, Any] | None]:
-            return await self._completer.complete(call, self._pools[tier], how, trail)
+            return await self._completer.complete(call, self._pools[tier], how, trail, cont)
 
-        tier, (body, usage) = await self._run(call, call.d.tiers, attempt, trail, hedge=True)
+        try:
+            tier, (body, usage) = await self._run(call, call.d.tiers, attempt, trail, hedge=True)
+        finally:
+            cont.drop_ahead()  # a candidate loop's continuation that no tier took
         return Outcome(tier, body, trail, usage)
 
     async def stream(self, call: Call) -> StreamRelay:

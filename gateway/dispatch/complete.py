@@ -20,7 +20,8 @@ from gateway.checks.settings import RepetitionSettings
 from gateway.checks.text import TemplateLeakCheck
 from gateway.dispatch.assemble import assemble, assemble_state, outputs
 from gateway.dispatch.call import Call
-from gateway.dispatch.continuation import continuation_body
+from gateway.dispatch.continuation import Continuer, continuation_body
+from gateway.dispatch.loopguard import LoopGuard
 from gateway.dispatch.opening import Opening, StreamOpener, StreamStart, pull
 from gateway.dispatch.outcome import Salvage, Trail
 from gateway.dispatch.splice import merge_usage
@@ -39,26 +40,32 @@ class Completer:
         self._tel = telemetry
         self._repetition = repetition
 
-    async def complete(self, call: Call, pool: Pool, how: Opening, trail: Trail) -> Answer:
+    async def complete(
+        self, call: Call, pool: Pool, how: Opening, trail: Trail, cont: Continuer | None = None
+    ) -> Answer:
         if not pool.tier.upstream_stream:
             return await self._plain(call, pool, how, trail)
         salvage = trail.salvage  # an earlier tier's good text: continue it, don't start over
-        body = continuation_body(call, pool, salvage.prefix, salvage.tokens) if salvage else None
-        if body is None:
-            salvage = None
-            usage = {"include_usage": True}
-            body = orjson.dumps(call.body_for(pool, stream=True, stream_options=usage))
-        try:
-            s = await self._opener.open(call, pool, body, how, trail)
-        except AttemptError as e:
-            if e.partial is not None:  # e.g. a loop in the first read
-                self._keep(call, pool.name, e.partial, e, trail)
-            if salvage is None or e.retryable:
-                raise
-            pool.continues = False  # it refuses assistant prefixes: start over there
-            trail.salvage = None
-            return await self.complete(call, pool, how, trail)
-        answer = await self._read(call, s, how, trail)
+        s = await _taken(cont, salvage, pool, trail)  # opened while the loop was a candidate
+        if s is None:
+            body = (
+                continuation_body(call, pool, salvage.prefix, salvage.tokens) if salvage else None
+            )
+            if body is None:
+                salvage = None
+                usage = {"include_usage": True}
+                body = orjson.dumps(call.body_for(pool, stream=True, stream_options=usage))
+            try:
+                s = await self._opener.open(call, pool, body, how, trail)
+            except AttemptError as e:
+                if e.partial is not None:  # e.g. a loop in the first read
+                    self._keep(call, pool.name, e.partial, e, trail)
+                if salvage is None or e.retryable:
+                    raise
+                pool.continues = False  # it refuses assistant prefixes: start over there
+                trail.salvage = None
+                return await self.complete(call, pool, how, trail, cont)
+        answer = await self._read(call, s, how, trail, cont)
         live: StreamStart | None = s
         if salvage is not None:  # the whole text is judged: the live phase saw only a part
             answer, live = _joined(call, answer, salvage), None
@@ -71,11 +78,13 @@ class Completer:
             raise
         return orjson.dumps(answer), answer.get("usage")
 
-    async def _read(self, call: Call, s: StreamStart, how: Opening, trail: Trail) -> dict[str, Any]:
+    async def _read(
+        self, call: Call, s: StreamStart, how: Opening, trail: Trail, cont: Continuer | None
+    ) -> dict[str, Any]:
         """The rest of the stream, assembled; a failure leaves its good text to the next tier."""
         waited = s.waited_s  # what the opener counted already
         try:
-            answer = await self._drain(call, s, how)
+            answer = await self._drain(call, s, how, cont)
         except BaseException as e:
             s.up.close()
             s.finish(ok=True)
@@ -108,12 +117,15 @@ class Completer:
             tokens = round(state.tokens * at / len(text))
             trail.salvage = Salvage(tier, text[:at], tokens, state.usage)
 
-    async def _drain(self, call: Call, s: StreamStart, how: Opening) -> dict[str, Any]:
+    async def _drain(
+        self, call: Call, s: StreamStart, how: Opening, cont: Continuer | None
+    ) -> dict[str, Any]:
         """Read the rest of the stream, checking as it grows; the assembled answer."""
         if s.state.events is None:
             raise AssertionError("the opener keeps events for assembly")  # pragma: no cover
         if s.state.done:  # it all came with the first token: no timer to set
             return self._assembled(call, s)
+        ahead = _Ahead.of(call, s, cont)
         try:
             async with asyncio.timeout_at(_loop_time(how.until)):
                 while not s.state.done:
@@ -123,10 +135,14 @@ class Completer:
                         if not how.deliver:
                             raise AttemptError(f"check_{bad.check}", bad.reason)
                         s.checks_failed = bad
+                    if ahead is not None:
+                        ahead.watch(s)
         except TimeoutError:
             raise AttemptError(
                 "timeout", "the answer did not finish in its budget", timeout=True
             ) from None
+        if ahead is not None:
+            ahead.cont.drop_ahead()  # it finished: a candidate loop was none
         return self._assembled(call, s)
 
     @staticmethod
@@ -232,6 +248,52 @@ def _joined(call: Call, answer: dict[str, Any], salvage: Salvage) -> dict[str, A
     if isinstance(answer.get("usage"), dict):
         answer["usage"] = merge_usage(salvage.usage, salvage.tokens, answer["usage"])
     return answer
+
+
+async def _taken(
+    cont: Continuer | None, salvage: Salvage | None, pool: Pool, trail: Trail
+) -> StreamStart | None:
+    """The continuation of ``salvage`` that was opened ahead on ``pool``'s tier, if any."""
+    if cont is None or cont.ahead is None:
+        return None
+    if salvage is None:  # (a hedge starting over beside the tier that has a candidate)
+        return None
+    taken = await cont.take_ahead(salvage.prefix, trail)
+    if taken is None:
+        return None
+    if taken[0] != pool.name:
+        taken[1].discard()
+        return None
+    return taken[1]
+
+
+class _Ahead:
+    """The loop guard on a non-streamed answer: a candidate loop opens its continuation on
+    the next tier (:class:`~gateway.dispatch.continuation.Ahead`); nothing is held, as
+    nothing is sent; the repetition check still decides."""
+
+    __slots__ = ("cont", "guard")
+
+    def __init__(self, cont: Continuer):
+        self.cont = cont
+        self.guard = LoopGuard()
+
+    @classmethod
+    def of(cls, call: Call, s: StreamStart, cont: Continuer | None) -> _Ahead | None:
+        if cont is None or "repetition" not in call.d.checks or not cont.possible(s.pool.name):
+            return None
+        return cls(cont)
+
+    def watch(self, s: StreamStart) -> None:
+        state, cont = s.state, self.cont
+        if not self.guard.update(state):
+            if cont.ahead is not None:
+                cont.drop_ahead()  # the candidate broke off
+            return
+        if cont.wants_ahead and state.plain and not (state.multi or state.tool_calls):
+            at = self.guard.start
+            tokens = round(state.tokens * at / max(1, state.chars))
+            cont.open_ahead(s.pool.name, state.text()[:at], tokens, True)
 
 
 def _loop_time(monotonic_at: float) -> float:

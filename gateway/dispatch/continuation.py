@@ -15,12 +15,13 @@ A tier configured with ``continuation: off``, or one that refused a continuation
 A continuation may be opened ahead (:class:`Ahead`): when the loop guard starts holding a
 candidate loop, the next tier is asked at once to continue the text before it, so that a
 confirmed loop switches to a stream already under way instead of waiting for its first
-token then.
+token then. At most ``AHEAD_MAX`` per request.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -36,6 +37,7 @@ from gateway.upstream.sse import StreamState
 from gateway.upstream.transport import AttemptError
 
 Run = Callable[..., Awaitable[tuple[str, Any]]]
+AHEAD_MAX = 2  # continuations opened ahead of a candidate loop, per request
 
 
 def continuation_body(call: Call, pool: Pool, prefix: str, sent_tokens: int) -> bytes | None:
@@ -80,6 +82,8 @@ class Continuer:
         self._opener = opener
         self._run = run
         self._repetition = repetition
+        self.ahead: Ahead | None = None  # a continuation opened for a candidate loop
+        self._aheads = 0
 
     def possible(self, after: str) -> bool:
         if not self._call.can_be_continued():
@@ -94,11 +98,45 @@ class Continuer:
         """Where the loop in a stream's text begins (the clean text is before it)."""
         return find_loop_start(state.text(), self._repetition, state.finish_reason == "length")
 
+    # -- ahead of a candidate loop (see Ahead) ------------------------------------------------
+    @property
+    def wants_ahead(self) -> bool:
+        """No continuation is open ahead, and this request has not had its share."""
+        return self.ahead is None and self._aheads < AHEAD_MAX
+
+    def open_ahead(self, after: str, prefix: str, sent_tokens: int, keep_events: bool) -> None:
+        """A candidate loop is held: open its continuation now (if :attr:`wants_ahead`)."""
+        if not self.wants_ahead:
+            return
+        self._aheads += 1
+        if prefix.strip() and time.monotonic() < self._call.deadline_at and self.possible(after):
+            self.ahead = Ahead(self, after, prefix, sent_tokens, keep_events)
+
+    def drop_ahead(self) -> None:
+        if self.ahead is not None:
+            self.ahead.drop()
+            self.ahead = None
+
+    async def take_ahead(self, prefix: str, trail: Trail) -> tuple[str, StreamStart] | None:
+        """The continuation opened ahead, if it continues ``prefix`` (else it is dropped);
+        None also when it failed (the caller then opens one as usual)."""
+        ahead, self.ahead = self.ahead, None
+        if ahead is None:
+            return None
+        if ahead.prefix != prefix:
+            ahead.drop()
+            return None
+        try:
+            return await ahead.take(trail)
+        except AttemptError:
+            return None
+
     async def open(
-        self, after: str, prefix: str, sent_tokens: int, trail: Trail
+        self, after: str, prefix: str, sent_tokens: int, trail: Trail, keep_events: bool = False
     ) -> tuple[str, StreamStart]:
-        """A stream from the tiers after ``after`` that continues the assistant ``prefix``.
-        Raises :class:`AttemptError` (never a client-error relay) when none can."""
+        """A stream from the tiers after ``after`` that continues the assistant ``prefix``
+        (``keep_events``: for a non-streamed answer, to be assembled). Raises
+        :class:`AttemptError` (never a client-error relay) when none can."""
         call = self._call
         tiers = call.d.tiers[call.d.tiers.index(after) + 1 :]
 
@@ -109,7 +147,7 @@ class Continuer:
                 raise AttemptError("no_continuation", f"tier {tier} cannot continue a stream")
             try:
                 return await self._opener.open(
-                    call, pool, body, Opening(0, how.until, False), trail
+                    call, pool, body, Opening(0, how.until, False, not keep_events), trail
                 )
             except AttemptError as e:
                 if e.retryable:
@@ -135,16 +173,15 @@ class Ahead:
     prefill and a few tokens on the next tier.
     """
 
-    __slots__ = ("_task", "prefix", "sent_tokens", "trail")
+    __slots__ = ("_task", "prefix", "trail")
 
-    def __init__(self, cont: Continuer, after: str, prefix: str, sent_tokens: int):
+    def __init__(
+        self, cont: Continuer, after: str, prefix: str, sent_tokens: int, keep_events: bool
+    ):
         self.prefix = prefix
-        self.sent_tokens = sent_tokens
         self.trail = Trail()  # its own: a dropped one leaves nothing in the request's
-        self._task = asyncio.ensure_future(cont.open(after, prefix, sent_tokens, self.trail))
-
-    def fits(self, prefix: str, sent_tokens: int) -> bool:
-        return prefix == self.prefix and sent_tokens == self.sent_tokens
+        opening = cont.open(after, prefix, sent_tokens, self.trail, keep_events)
+        self._task = asyncio.ensure_future(opening)
 
     async def take(self, trail: Trail) -> tuple[str, StreamStart]:
         """The continuation (waiting for its first token if it has none yet)."""

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 import orjson
 
 from gateway.dispatch.call import Call
-from gateway.dispatch.continuation import Ahead, Continuer
+from gateway.dispatch.continuation import Continuer
 from gateway.dispatch.loopguard import LoopGuard
 from gateway.dispatch.opening import StreamStart
 from gateway.dispatch.outcome import Failure, Trail, describe_fallback
@@ -36,7 +36,6 @@ from gateway.upstream.sse import StreamState, data_payloads
 from gateway.upstream.transport import AttemptError
 
 _LOOP = "the text repeats one unit (held back, not sent)"
-AHEAD_MAX = 2  # continuations opened ahead of a candidate loop, per stream
 
 
 class Sink(Protocol):
@@ -89,12 +88,10 @@ class StreamRelay:
         self._pool = start.pool  # the tier whose price the answer is charged at
         self._strip = not call.wants_usage  # the usage chunk was asked for by us, not them
         self.blocked_s = 0.0  # time spent waiting for the client to take our writes
-        self._ahead: Ahead | None = None  # a continuation opened for a candidate loop
-        self._aheads = 0
 
     def abandon(self) -> None:
         """The client never got a response head: drop the upstream stream."""
-        self._drop_ahead()
+        self._cont.drop_ahead()
         if self._active is not None:
             self._active.up.close()
             self._release(ok=True)
@@ -156,19 +153,20 @@ class StreamRelay:
                 if guard is not None and guard.update(state):  # a candidate loop: hold it
                     if guard.confirmed(state):
                         raise _Broken("check_repetition", _LOOP, upstream_fault=False)
-                    if self._ahead is None and self._aheads < AHEAD_MAX:
-                        self._open_ahead(state, guard.start)
+                    if self._cont.wants_ahead and _resumable(state):  # its continuation
+                        prefix = state.text()[: min(guard.start, self.sent_chars)]
+                        self._cont.open_ahead(self.tier, prefix, self.sent_tokens, False)
                     held += out
                     continue
-                if self._ahead is not None:  # the candidate broke off: not a loop
-                    self._drop_ahead()
+                if self._cont.ahead is not None:  # the candidate broke off: not a loop
+                    self._cont.drop_ahead()
                 if held + out:
                     t0 = time.monotonic()
                     await sink.write(held + out)
                     self.blocked_s += time.monotonic() - t0
                 held = b""
                 self._mark_sent(state)
-        self._drop_ahead()
+        self._cont.drop_ahead()
         if held:  # repetitive, but it ended: not a loop
             await sink.write(held)
             self._mark_sent(state)
@@ -226,20 +224,6 @@ class StreamRelay:
     def _can_continue(self) -> bool:
         return time.monotonic() < self.call.deadline_at and self._cont.possible(self.tier)
 
-    def _open_ahead(self, state: StreamState, loop_start: int) -> None:
-        """A candidate loop is held: open its continuation now (:class:`Ahead`)."""
-        self._aheads += 1
-        if not (_resumable(state) and self._can_continue()):
-            return
-        prefix = state.text()[: min(loop_start, self.sent_chars)]
-        if prefix.strip():
-            self._ahead = Ahead(self._cont, self.tier, prefix, self.sent_tokens)
-
-    def _drop_ahead(self) -> None:
-        if self._ahead is not None:
-            self._ahead.drop()
-            self._ahead = None
-
     # -- recovery ----------------------------------------------------------------------------
     async def _recover(self, sink: Sink, broken: StreamStart, b: _Broken) -> None:
         state = broken.state
@@ -255,16 +239,11 @@ class StreamRelay:
                 loop = min(loop if loop is not None else self._guard.start, self._guard.start)
             if loop is not None:
                 prefix = text[: min(loop, self.sent_chars)]
-        ahead, self._ahead = self._ahead, None
         try:
-            if ahead is not None and ahead.fits(prefix, self.sent_tokens):
-                self.tier, nxt = await ahead.take(self.trail)
-            else:
-                if ahead is not None:
-                    ahead.drop()
-                self.tier, nxt = await self._cont.open(
-                    self.tier, prefix, self.sent_tokens, self.trail
-                )
+            taken = await self._cont.take_ahead(prefix, self.trail)
+            self.tier, nxt = taken or await self._cont.open(
+                self.tier, prefix, self.sent_tokens, self.trail
+            )
         except (GatewayError, AttemptError):
             await self._error(
                 sink, f"The stream broke off: {why}; continuing it on another tier failed too."
