@@ -49,7 +49,9 @@ JSON object (simple schemas: properties of basic types, nested objects, arrays, 
 
 **Faults**, per request with ``x-sim-fault: NAME[;NAME...]`` (``none`` turns off the
 rate-drawn ones) or per rate with ``--fault NAME=RATE`` (drawn in request order from the
-seed): ``500`` (HTTP 500, OpenAI-style error body), ``429`` (with ``Retry-After``),
+seed; with ``--fault-draw content``, from the seed and the request's content, so that
+the same request draws the same faults whenever it comes, as every target of a side-by-side
+benchmark sends it): ``500`` (HTTP 500, OpenAI-style error body), ``429`` (with ``Retry-After``),
 ``hang`` (never answers), ``slow_ttft`` (TTFT + max(19 x TTFT, 5 s)), ``stall`` (a few
 tokens, then silence on an open connection; the slot is freed), ``cut`` (connection
 closed mid-stream, no ``[DONE]``), ``loop`` (a few words, then one sentence over and over
@@ -120,6 +122,7 @@ class SimConfig:
     max_total_tokens: int | None = None
     context_length: int = 131072
     faults: dict[str, float] = field(default_factory=dict)
+    fault_draw: str = "order"  # or "content"
     retry_after: float = 1.0
 
     @property
@@ -159,6 +162,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-total-tokens", type=int, default=None, help="KV pool / cache size")
     p.add_argument("--context-length", type=int, default=131072)
     p.add_argument("--fault", type=_fault_rate, action="append", default=[], metavar="NAME=RATE")
+    p.add_argument(
+        "--fault-draw",
+        choices=("order", "content"),
+        default="order",
+        help="draw rate faults in request order, or from each request's content (the same "
+        "request always draws the same faults: side-by-side targets get the same ones)",
+    )
     p.add_argument("--retry-after", type=_positive, default=1.0, help="seconds, for 429")
     return p
 
@@ -176,6 +186,7 @@ def parse_args(argv: list[str] | None = None) -> SimConfig:
         max_total_tokens=a.max_total_tokens,
         context_length=a.context_length,
         faults=dict(a.fault),
+        fault_draw=a.fault_draw,
         retry_after=a.retry_after,
     )
 
@@ -984,7 +995,7 @@ class SimServer:
                 raise BadRequest("the body must be a JSON object")
             req = parse(body)
             self._check_context(req)
-            faults = self._faults(request.headers.get("x-sim-fault", ""))
+            faults = self._faults(request.headers.get("x-sim-fault", ""), req.digest)
         except (BadRequest, orjson.JSONDecodeError, UnicodeDecodeError) as e:
             return _error(400, str(e) or "invalid JSON body", "BadRequestError")
         return await self._answer(request, req, faults)
@@ -997,9 +1008,12 @@ class SimServer:
                 f"{self.cfg.context_length} tokens ({need} requested)."
             )
 
-    def _faults(self, header: str) -> set[str]:
+    def _faults(self, header: str, digest: str) -> set[str]:
         """Faults of this request: drawn by rate (always, to keep the sequence) + header."""
-        drawn = {n for n, rate in sorted(self.cfg.faults.items()) if self.fault_rng.random() < rate}
+        rng = self.fault_rng
+        if self.cfg.fault_draw == "content":
+            rng = random.Random(f"{self.cfg.seed}:{digest}:faults")
+        drawn = {n for n, rate in sorted(self.cfg.faults.items()) if rng.random() < rate}
         asked = {f.strip() for f in header.split(";") if f.strip()}
         unknown = asked - set(FAULTS) - {"none"}
         if unknown:

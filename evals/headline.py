@@ -3,10 +3,15 @@ with the standard tier's reliability — measured side by side in one run.
 
     python -m evals headline [--requests 48] [--clients 1,8] [--modes stream,plain]
         [--faults loop=0.05,slow_ttft=0.03,hang=0.01,cut=0.01,leak=0.01]
-        [--time-scale 1.0] [--engines sim|local] [--no-hedge-target] [--out DIR]
+        [--fault-draw content|order] [--time-scale 1.0] [--engines sim|local]
+        [--no-hedge-target] [--out DIR]
 
 Engines: ``sim`` (default) starts the project's SGLang-shaped simulator twice — a
-``highspeed`` replica with the fault mix, a ``standard`` replica without faults;
+``highspeed`` replica with the fault mix, a ``standard`` replica without faults. Faults
+are drawn from each request's content (``--fault-draw content``), so the fast tier raw and
+the gateways meet the same faults on the same prompts: the comparison is paired, not at the
+mercy of which target a fault draw in request order happened to hit (``order``, the way
+until round 6);
 ``local`` starts the real local llama.cpp engines (a short run; no faults can be
 injected into a real engine). The gateway runs with the repository's rules, its tiers
 pointed at those engines (on the simulator, which speaks SGLang's API, with SGLang's way
@@ -132,6 +137,7 @@ def start_engines(run: Run, out: Path) -> dict[str, str]:
         if tier == "highspeed":
             for f in filter(None, a.faults.split(",")):
                 argv += ["--fault", f]
+            argv += ["--fault-draw", a.fault_draw]
         service = Service(f"sim-{tier}", argv, cpus=None, nice=False, logdir=out)
         run.services.append(service)
         urls[tier] = f"http://127.0.0.1:{port}"
@@ -305,6 +311,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--clients", default="1,8")
     p.add_argument("--modes", default="stream,plain")
     p.add_argument("--faults", default=DEFAULT_FAULTS, help="the fast sim's fault mix")
+    p.add_argument(
+        "--fault-draw",
+        choices=("content", "order"),
+        default="content",
+        help="the same faults for the same prompt on every target, or drawn in request order",
+    )
     p.add_argument("--time-scale", type=float, default=1.0, help="sim wall s per model s")
     p.add_argument("--engines", choices=("sim", "local"), default="sim")
     p.add_argument("--seed", type=int, default=1)

@@ -208,7 +208,8 @@ def report(
         "",
         f"`python -m evals headline --engines {a.engines} --requests {a.requests} "
         f"--clients {a.clients} --modes {a.modes} --faults {a.faults} "
-        f"--time-scale {a.time_scale}`; targets interleaved request by request in one run.",
+        f"--fault-draw {a.fault_draw} --time-scale {a.time_scale}`; targets interleaved "
+        "request by request in one run.",
         "",
         _table(cells, names),
         "",

@@ -411,6 +411,19 @@ def test_fault_500_and_429(client: openai.OpenAI, hs: str) -> None:
     assert json.loads(raw)["error"]["code"] == 429
 
 
+@pytest.mark.parametrize("draw", ["order", "content"])
+def test_rate_faults_drawn_by_order_or_by_content(draw: str) -> None:
+    from engines.sim import SimConfig, SimServer
+
+    sim = SimServer(SimConfig(port=0, seed=3, faults={"loop": 0.5}, fault_draw=draw))
+    digests = [f"{i:064x}" for i in range(40)]
+    first = [sim._faults("", d) for d in digests]
+    again = [sim._faults("", d) for d in digests]  # the same requests, sent again
+    assert 5 < sum(1 for f in first if f) < 35  # about half, either way
+    assert (first == again) is (draw == "content")  # by content: the same ones each time
+    assert sim._faults("none", digests[0]) == set() and sim._faults("cut", digests[0]) >= {"cut"}
+
+
 def test_fault_hang_never_answers(hs: str) -> None:
     with pytest.raises(TimeoutError):
         post(hs, "/v1/chat/completions", chat_body(), fault="hang", timeout=0.5)

@@ -21,6 +21,7 @@ token then. At most ``AHEAD_MAX`` per request.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -36,6 +37,7 @@ from gateway.upstream.pools import Pool, Pools
 from gateway.upstream.sse import StreamState
 from gateway.upstream.transport import AttemptError
 
+log = logging.getLogger("gateway.dispatch")
 Run = Callable[..., Awaitable[tuple[str, Any]]]
 AHEAD_MAX = 2  # continuations opened ahead of a candidate loop, per request
 
@@ -114,6 +116,7 @@ class Continuer:
 
     def drop_ahead(self) -> None:
         if self.ahead is not None:
+            log.debug("continuation opened ahead: dropped (no loop)")
             self.ahead.drop()
             self.ahead = None
 
@@ -124,12 +127,16 @@ class Continuer:
         if ahead is None:
             return None
         if ahead.prefix != prefix:
+            log.debug("continuation opened ahead: dropped (it continues another text)")
             ahead.drop()
             return None
         try:
-            return await ahead.take(trail)
-        except AttemptError:
+            taken = await ahead.take(trail)
+        except AttemptError as e:
+            log.debug("continuation opened ahead: failed (%s)", e.kind)
             return None
+        log.debug("continuation opened ahead: taken")
+        return taken
 
     async def open(
         self, after: str, prefix: str, sent_tokens: int, trail: Trail, keep_events: bool = False
