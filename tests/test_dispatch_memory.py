@@ -801,6 +801,9 @@ async def test_a_non_streamed_candidate_loop_opens_its_continuation_ahead() -> N
     assert len(rig.calls("standard")) == 1 and out.trail.continued == "highspeed:14"
     second_copy = 1 + len(HEAD) + 2  # the role chunk, the head, two copies
     assert read_when_called[0] in (second_copy, second_copy + 1)  # not at the sixth copy
+    # failed when the guard confirmed it (200 characters: the sixth copy), not at the
+    # repetition check's next run (every 128 characters: the seventh)
+    assert rig.transports.by_tier["highspeed"].streams[0]._i == 1 + len(HEAD) + 6
     assert rig.pools["standard"].replicas[0].in_flight == 0
 
 

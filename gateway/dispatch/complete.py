@@ -268,9 +268,10 @@ async def _taken(
 
 
 class _Ahead:
-    """The loop guard on a non-streamed answer: a candidate loop opens its continuation on
-    the next tier (:class:`~gateway.dispatch.continuation.Ahead`); nothing is held, as
-    nothing is sent; the repetition check still decides."""
+    """The loop guard on a non-streamed answer, as on a stream: a candidate loop opens its
+    continuation on the next tier (:class:`~gateway.dispatch.continuation.Ahead`), and a
+    confirmed one (the repetition check's thresholds) fails the attempt at once, not at the
+    check's next periodic run. Nothing is held: nothing was sent."""
 
     __slots__ = ("cont", "guard")
 
@@ -290,6 +291,8 @@ class _Ahead:
             if cont.ahead is not None:
                 cont.drop_ahead()  # the candidate broke off
             return
+        if self.guard.confirmed(state):
+            raise AttemptError("check_repetition", "the text repeats one unit")
         if cont.wants_ahead and state.plain and not (state.multi or state.tool_calls):
             at = self.guard.start
             tokens = round(state.tokens * at / max(1, state.chars))
