@@ -821,6 +821,26 @@ async def test_a_non_streamed_candidate_that_breaks_off_drops_its_continuation()
     assert rig.pools["standard"].replicas[0].in_flight == 0
 
 
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "plain"])
+@aio
+async def test_a_continuation_never_runs_past_the_clients_max_tokens(stream: bool) -> None:
+    # an engine that decodes speculatively sends several tokens an event: 20 words in 5
+    # events are 20 tokens or more, not 5 (the continuation may have 80 of 100, not 95)
+    texts = ["Tea is a fine drink ", "that many people enjoy ", "in the morning and "]
+    texts += ["in the late evening ", "with some milk "]
+    fast = Reply(chunks=events(texts, finish=None, done=False))
+    std = Reply(chunks=events(["More."], prompt_tokens=40, completion_tokens=2))
+    rig = Rig(by_tier(highspeed=fast, standard=std))
+    if stream:
+        sink, _ = await _relay(rig, max_tokens=100, stream_options={"include_usage": True})
+        usage = sink.payloads()[-1]["usage"]
+    else:
+        out = await rig.dispatcher.complete(rig.call(max_tokens=100))
+        usage = orjson.loads(out.body)["usage"]
+    assert rig.calls("standard")[0]["max_tokens"] == 100 - 20
+    assert usage["completion_tokens"] == 20 + 2  # both tiers' tokens, the first estimated
+
+
 @aio
 async def test_a_tier_that_refuses_a_prefix_starts_over_and_is_not_asked_again() -> None:
     refuse = Reply(status=400, body=b'{"error": "no prefill"}')

@@ -114,7 +114,7 @@ class Completer:
         elif e.kind in _CONTINUABLE:
             at = len(text)
         if at and text[:at].strip() and call.can_be_continued():
-            tokens = round(state.tokens * at / len(text))
+            tokens = state.tokens_for(at)
             trail.salvage = Salvage(tier, text[:at], tokens, state.usage)
 
     async def _drain(
@@ -295,7 +295,7 @@ class _Ahead:
             raise AttemptError("check_repetition", "the text repeats one unit")
         if cont.wants_ahead and state.plain and not (state.multi or state.tool_calls):
             at = self.guard.start
-            tokens = round(state.tokens * at / max(1, state.chars))
+            tokens = state.tokens_for(at)
             cont.open_ahead(s.pool.name, state.text()[:at], tokens, True)
 
 

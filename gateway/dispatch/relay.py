@@ -79,7 +79,7 @@ class StreamRelay:
         self.trail = trail
         self._cont = cont
         self.sent_chars = 0
-        self.sent_tokens = 0
+        self._sent = start.state  # the stream they came from
         self.broken = False  # it ended with an error event
         self._active: StreamStart | None = start  # the upstream stream being relayed
         self._splice: Splice | None = None
@@ -219,7 +219,12 @@ class StreamRelay:
 
     def _mark_sent(self, state: StreamState) -> None:
         self.sent_chars = state.chars
-        self.sent_tokens = state.tokens
+        self._sent = state
+
+    @property
+    def sent_tokens(self) -> int:
+        """At least the tokens the client got (:meth:`StreamState.tokens_for`)."""
+        return self._sent.tokens_for(self.sent_chars)
 
     def _can_continue(self) -> bool:
         return time.monotonic() < self.call.deadline_at and self._cont.possible(self.tier)
