@@ -465,6 +465,21 @@ async def test_a_live_loop_reaches_the_client_at_most_twice() -> None:
     assert rig.calls("standard")[0]["messages"][-1]["content"] in ("Green tea is ", "Green tea is")
 
 
+def _noting_reads(fast: Reply, std: Reply) -> tuple[Rig, list[int]]:
+    """A rig whose standard tier notes, each time it is called, how many chunks the fast
+    tier's stream had given by then."""
+    reads: list[int] = []
+
+    def handler(tier: str, body: dict[str, Any]) -> Reply:
+        if tier == "highspeed":
+            return fast
+        reads.append(rig.transports.by_tier["highspeed"].streams[0]._i)
+        return std
+
+    rig = Rig(handler)
+    return rig, reads
+
+
 @aio
 async def test_a_candidate_loop_opens_its_continuation_ahead() -> None:
     # held from its second copy, confirmed at 200 characters (the sixth copy of this
@@ -472,15 +487,7 @@ async def test_a_candidate_loop_opens_its_continuation_ahead() -> None:
     unit = "I will repeat this sentence again. "
     texts = ["Green ", "tea ", "is ", *[unit] * 40]
     fast = Reply(chunks=events(texts, finish=None, done=False), gap=0.003)
-    read_when_called: list[int] = []
-
-    def handler(tier: str, body: dict[str, Any]) -> Reply:
-        if tier == "highspeed":
-            return fast
-        read_when_called.append(rig.transports.by_tier["highspeed"].streams[0]._i)
-        return Reply(chunks=events(["good."]))
-
-    rig = Rig(handler)
+    rig, read_when_called = _noting_reads(fast, Reply(chunks=events(["good."])))
     sink, relay = await _relay(rig)
     assert sink.text().count(unit.strip()) <= 2 and sink.text().endswith("good.")
     assert relay.tier == "standard" and len(rig.calls("standard")) == 1  # opened once
@@ -787,15 +794,7 @@ async def test_a_non_streamed_answer_continues_what_the_first_tier_got_right(
 async def test_a_non_streamed_candidate_loop_opens_its_continuation_ahead() -> None:
     texts = [*HEAD, *LOOP]
     fast = Reply(chunks=events(texts, finish=None, done=False), gap=0.003)
-    read_when_called: list[int] = []
-
-    def handler(tier: str, body: dict[str, Any]) -> Reply:
-        if tier == "highspeed":
-            return fast
-        read_when_called.append(rig.transports.by_tier["highspeed"].streams[0]._i)
-        return Reply(chunks=events(["More ", "about ", "tea."]))
-
-    rig = Rig(handler)
+    rig, read_when_called = _noting_reads(fast, Reply(chunks=events(["More ", "about ", "tea."])))
     out = await rig.dispatcher.complete(rig.call())
     assert out.tier == "standard" and _content(out) == "Tea is a drinkMore about tea."
     assert len(rig.calls("standard")) == 1 and out.trail.continued == "highspeed:14"
