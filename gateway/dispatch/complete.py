@@ -256,7 +256,8 @@ async def _taken(
     """The continuation of ``salvage`` that was opened ahead on ``pool``'s tier, if any."""
     if cont is None or cont.ahead is None:
         return None
-    if salvage is None:  # (a hedge starting over beside the tier that has a candidate)
+    if salvage is None:  # the earlier tier left nothing to continue: this one starts over
+        cont.drop_ahead()
         return None
     taken = await cont.take_ahead(salvage.prefix, trail)
     if taken is None:
