@@ -41,7 +41,8 @@ def test_headline_runs_and_reports_every_target(tmp_path: Path) -> None:
         assert by_target["gateway"]["defects"] == {"loop": 0, "leak": 0, "cut": 0}
         assert by_target["gateway"]["errors"] == 0
         assert by_target["gateway"]["fallbacks"] == 3  # streams: the comment after [DONE]
-    for requests, tokens in raw["standard_load"].values():  # the standard engine's counters
+    assert set(raw["standard_load"]) == set(cells)  # the standard engine's counters, per cell
+    for requests, tokens in raw["standard_load"].values():
         assert requests >= 3 + 2 * 3 and tokens > 0  # its raw target's, and every gateway's
     md = (tmp_path / "headline.md").read_text()
     assert "| stream c=2 | gateway |" in md and "latency p99 <= standard's" in md

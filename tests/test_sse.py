@@ -200,3 +200,21 @@ def test_framer_is_linear_in_a_long_event() -> None:
 
 def test_data_payloads_of_multi_line_events() -> None:
     assert data_payloads(b"data: a\ndata: b\n\ndata: c\n\n") == [b"a", b"b", b"c"]
+
+
+@pytest.mark.parametrize(
+    ("pieces", "chars", "events", "tokens"),
+    [
+        (["One ", "two ", "three "], 14, None, 3),  # an event a word: both counts agree
+        (["One two three four ", "five six seven "], 34, None, 7),  # several words an event
+        (["One two three four ", "five six seven "], 19, None, 4),  # the first event's text
+        (["a", "b", "c", "d"], 4, None, 4),  # more events than words: the events
+        (["a", "b", "c", "d"], 2, None, 2),  # their share, for part of the text
+        (["One two three four ", "five six "], 19, 2, 4),  # events known: more words still
+        (["x"], 0, None, 0),
+    ],
+)
+def test_tokens_for(pieces: list[str], chars: int, events: int | None, tokens: int) -> None:
+    state = StreamState(True)
+    state.parts, state.chars, state.tokens = list(pieces), sum(map(len, pieces)), len(pieces)
+    assert state.tokens_for(chars, events) == tokens

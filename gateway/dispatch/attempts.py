@@ -54,11 +54,14 @@ from gateway.upstream.transport import AttemptError
 
 T = TypeVar("T")
 log = logging.getLogger("gateway.dispatch")
-HEDGE_AUTO = (3.0, 0.02, 2.0)
-"""``hedge_after: auto``: this many times the first tier's p90 time to first token, within
-these seconds. The floor is above a LAN's jitter, and low enough that a hedge on a tier
-whose first token takes 7 ms does not cost a tail answer 50 ms (the floor until round 6)."""
-HEDGE_AUTO_UNSEEN = 1.0  # seconds, until the tier has a first-token sample
+# ``hedge_after: auto``: HEDGE_AUTO_FACTOR times the first tier's p90 time to first token,
+# between the floor and the ceiling (seconds). The floor is above a LAN's jitter, and low
+# enough that a hedge on a tier whose first token takes 7 ms does not cost a tail answer
+# 50 ms (the floor until round 6).
+HEDGE_AUTO_FACTOR = 3.0
+HEDGE_AUTO_FLOOR = 0.02
+HEDGE_AUTO_CEILING = 2.0
+HEDGE_AUTO_UNSEEN = 1.0  # until the tier has a first-token sample
 Attempt = Callable[[str, Opening], Awaitable[T]]
 
 
@@ -165,8 +168,7 @@ class Dispatcher:
         seen = self.book.p90(tier, "ttft")  # "auto"
         if seen is None:
             return HEDGE_AUTO_UNSEEN
-        factor, floor, ceiling = HEDGE_AUTO
-        return min(ceiling, max(floor, factor * seen))
+        return min(HEDGE_AUTO_CEILING, max(HEDGE_AUTO_FLOOR, HEDGE_AUTO_FACTOR * seen))
 
     def _how(self, call: Call, tiers: tuple[str, ...], tier: str, hedge: bool = False) -> Opening:
         """The attempt's limits: the deadline minus what the tiers after it need."""

@@ -79,6 +79,7 @@ class StreamRelay:
         self.trail = trail
         self._cont = cont
         self.sent_chars = 0
+        self._sent_events = 0  # the content events that carried them
         self._sent = start.state  # the stream they came from
         self.broken = False  # it ended with an error event
         self._active: StreamStart | None = start  # the upstream stream being relayed
@@ -219,12 +220,13 @@ class StreamRelay:
 
     def _mark_sent(self, state: StreamState) -> None:
         self.sent_chars = state.chars
+        self._sent_events = state.tokens
         self._sent = state
 
     @property
     def sent_tokens(self) -> int:
         """At least the tokens the client got (:meth:`StreamState.tokens_for`)."""
-        return self._sent.tokens_for(self.sent_chars)
+        return self._sent.tokens_for(self.sent_chars, self._sent_events)
 
     def _can_continue(self) -> bool:
         return time.monotonic() < self.call.deadline_at and self._cont.possible(self.tier)

@@ -381,17 +381,19 @@ class StreamState:
         blocks = b"".join(self.events or ())
         return [orjson.loads(p) for p in data_payloads(blocks) if p != b"[DONE]"]
 
-    def tokens_for(self, chars: int) -> int:
+    def tokens_for(self, chars: int, events: int | None = None) -> int:
         """At least how many tokens the text's first ``chars`` characters took: the content
-        events that carried them (each carries one or more) or its words (a tokenizer that
-        splits on spaces first, as BPE ones do, gives every word one or more), whichever is
-        more. An engine that decodes speculatively (EAGLE, as the fast tier does) sends
-        several tokens an event: counted by events alone, a continuation asked for
-        ``max_tokens`` minus them would run far past the client's ``max_tokens``."""
+        ``events`` that carried them (each carries one or more; unknown, the share of all
+        events so far) or its words (a tokenizer that splits on spaces first, as BPE ones
+        do, gives every word one or more), whichever is more. An engine that decodes
+        speculatively (EAGLE, as the fast tier does) sends several tokens an event: counted
+        by events alone, a continuation asked for ``max_tokens`` minus them would run far
+        past the client's ``max_tokens``."""
         if chars <= 0 or not self.chars:
             return 0
-        by_events = self.tokens if chars >= self.chars else round(self.tokens * chars / self.chars)
-        return max(by_events, len(self.text()[:chars].split()))
+        if events is None:
+            events = self.tokens if chars >= self.chars else self.tokens * chars // self.chars
+        return max(events, len(self.text()[:chars].split()))
 
     def text(self) -> str:
         if len(self.parts) > 1:
