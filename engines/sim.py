@@ -42,7 +42,11 @@ clipped to 20-300, ending on a sentence; ``max_tokens`` / ``max_completion_token
 (``finish_reason: "length"``). ``stop`` strings, ``ignore_eos`` and ``min_tokens`` are
 honoured; other SGLang extras (``top_k``, ``regex``, ``chat_template_kwargs``...) are
 accepted and ignored. ``continue_final_message: true`` with a trailing assistant message
-continues that text. ``response_format`` ``json_object`` / ``json_schema`` gives a valid
+continues that text: where the text is a start of the answer this seed gives the request
+without it, with the rest of that answer (as a model with greedy or seeded sampling
+continues its own prefix, so a continuation of a broken answer's good part costs only the
+rest of it); otherwise with new sentences, as many words as that answer had left (at
+least 8). ``response_format`` ``json_object`` / ``json_schema`` gives a valid
 JSON object (simple schemas: properties of basic types, nested objects, arrays, enums);
 ``tools`` give a valid call to the first tool (or the one ``tool_choice`` names), unless
 ``tool_choice`` is ``"none"`` or the last message is a tool result.
@@ -98,6 +102,7 @@ FAULTS = (
     "error_event",
 )
 LOOP_DEFAULT_TOKENS = 400
+CONTINUE_MIN_TOKENS = 8  # a continuation of a prefix the model would not have written
 SLOW_TTFT_MIN_S = 5.0
 SLOW_TTFT_FACTOR = 20.0
 MIN_SLEEP_STREAM_S = 0.002
@@ -342,6 +347,7 @@ class SimRequest:
     continue_text: str | None = None
     model: str = ""
     digest: str = ""
+    base_digest: str = ""  # a chat continuation: the digest of the request it continues
 
 
 def _text_of(content: Any) -> str:
@@ -471,6 +477,9 @@ def parse_chat(body: Json) -> SimRequest:
     req = _common(body, True, re.findall(r"\S+", prompt))
     req.tool = tool
     req.continue_text = continue_text
+    if continuing:
+        base = {k: v for k, v in body.items() if k != "continue_final_message"}
+        req.base_digest = _digest({**base, "messages": head}, True)
     return req
 
 
@@ -507,7 +516,9 @@ class Plan:
     slow_ttft: bool = False
 
 
-def _text_plan(req: SimRequest, rng: random.Random, frng: random.Random, faults: set[str]) -> Plan:
+def _text_plan(
+    req: SimRequest, seed: int, rng: random.Random, frng: random.Random, faults: set[str]
+) -> Plan:
     prefix = req.continue_text
     capital = prefix is None or prefix.rstrip() == "" or prefix.rstrip()[-1] in ".!?:"
     lead = prefix is not None and prefix != "" and not prefix[-1].isspace()
@@ -515,7 +526,15 @@ def _text_plan(req: SimRequest, rng: random.Random, frng: random.Random, faults:
     if req.ignore_eos:
         target = req.max_tokens or 300
     target = max(target, req.min_tokens)
-    pieces = prose(rng, target, lead, capital)
+    resumed = _resumed(req, seed) if req.base_digest and not req.ignore_eos else None
+    if resumed is not None:
+        pieces = resumed
+    elif req.base_digest and not req.ignore_eos:  # a prefix this model would not have written
+        base = answer_length(random.Random(f"{seed}:{req.base_digest}:text"))
+        done = len(re.findall(r"\S+", prefix or ""))
+        pieces = prose(rng, max(req.min_tokens, CONTINUE_MIN_TOKENS, base - done), lead, capital)
+    else:
+        pieces = prose(rng, target, lead, capital)
     if req.ignore_eos:
         pieces = pieces[:target]
     if "loop" in faults:
@@ -524,6 +543,23 @@ def _text_plan(req: SimRequest, rng: random.Random, frng: random.Random, faults:
         at = min(len(pieces), frng.randint(8, 24))
         pieces = [*pieces[:at], *LEAK_PIECES, *pieces[at:]]
     return Plan(pieces, "length" if req.ignore_eos else "stop")
+
+
+def _resumed(req: SimRequest, seed: int) -> list[str] | None:
+    """A continuation of this model's own answer: the rest of that answer, as a model with
+    seeded (or greedy) sampling gives it; None when the prefix is not a start of it."""
+    rng = random.Random(f"{seed}:{req.base_digest}:text")
+    target = max(answer_length(rng), req.min_tokens)
+    pieces = prose(rng, target, False, True)
+    prefix = req.continue_text or ""
+    if not "".join(pieces).startswith(prefix):
+        return None
+    size = 0
+    for i, p in enumerate(pieces):
+        if size + len(p) > len(prefix):
+            return [p[len(prefix) - size :], *pieces[i + 1 :]]
+        size += len(p)
+    return []
 
 
 def _looped(pieces: list[str], req: SimRequest, frng: random.Random) -> Plan:
@@ -607,7 +643,7 @@ def make_plan(req: SimRequest, seed: int, faults: set[str]) -> Plan:
     elif req.json_schema is not None:
         plan = _json_plan(req, rng, frng, "bad_json" in faults)
     else:
-        plan = _text_plan(req, rng, frng, faults)
+        plan = _text_plan(req, seed, rng, frng, faults)
     _apply_limits(plan, req)
     for end in ("stall", "cut", "error_event"):
         if end in faults:

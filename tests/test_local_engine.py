@@ -31,7 +31,8 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def local_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def local_engines() -> Iterator[dict[str, str]]:
+    """Both tiers' llama.cpp servers: tier -> base URL."""
     from engines.local import start_local_engine, stop_local_engine, wait_ready
 
     ports = {"highspeed": free_port(), "standard": free_port()}
@@ -39,28 +40,33 @@ def local_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         for t, p in ports.items():
             wait_ready(f"http://127.0.0.1:{p}", timeout=60, proc=engines[t])
-        env = {f"GATEWAY_POOL_{t.upper()}_URLS": f"http://127.0.0.1:{p}" for t, p in ports.items()}
-        port = free_port()
-        # the repository's own rules: what `gateway serve` runs by default
-        gw = Proc(
-            [
-                sys.executable,
-                "-m",
-                "gateway.cli",
-                "serve",
-                "--rules",
-                str(ROOT / "routing_rules.yaml"),
-                "--port",
-                str(port),
-            ],
-            f"http://127.0.0.1:{port}/healthz",
-            env=env,
-        )
-        yield f"http://127.0.0.1:{port}"
-        gw.stop()
+        yield {t: f"http://127.0.0.1:{p}" for t, p in ports.items()}
     finally:
         for p in engines.values():
             stop_local_engine(p)
+
+
+@pytest.fixture(scope="module")
+def local_gateway(local_engines: dict[str, str]) -> Iterator[str]:
+    env = {f"GATEWAY_POOL_{t.upper()}_URLS": url for t, url in local_engines.items()}
+    port = free_port()
+    # the repository's own rules: what `gateway serve` runs by default
+    gw = Proc(
+        [
+            sys.executable,
+            "-m",
+            "gateway.cli",
+            "serve",
+            "--rules",
+            str(ROOT / "routing_rules.yaml"),
+            "--port",
+            str(port),
+        ],
+        f"http://127.0.0.1:{port}/healthz",
+        env=env,
+    )
+    yield f"http://127.0.0.1:{port}"
+    gw.stop()
 
 
 @pytest.fixture()
@@ -137,6 +143,34 @@ def test_real_looping_stream_is_recovered(client: Any) -> None:
     # the standard tier wrote from the text before the loop
     assert text.count("A place of endless") < 25
     assert len({c.id for c in chunks}) == 1
+
+
+@pytest.mark.parametrize("share", [0.25, 0.5])
+def test_the_engine_continues_its_own_prefix_with_the_rest_of_its_answer(
+    local_engines: dict[str, str], share: float
+) -> None:
+    """What the simulator models (engines/sim.py, continuations): greedy decoding continues
+    the start of its own answer, as the assistant prefill a continuation sends, with the
+    rest of that answer (llama.cpp's server echoes the prefix first; the gateway strips
+    it, dispatch/splice.py)."""
+
+    def ask(messages: list[dict[str, str]]) -> str:
+        body = {"model": "m", "messages": messages, "temperature": 0, "max_tokens": 60}
+        req = urllib.request.Request(
+            f"{local_engines['standard']}/v1/chat/completions",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return str(json.loads(r.read())["choices"][0]["message"]["content"])
+
+    question = [{"role": "user", "content": "Explain what a hash table is."}]
+    whole = ask(question)
+    prefix = whole[: whole.index(" ", int(len(whole) * share))]
+    again = ask([*question, {"role": "assistant", "content": prefix}])
+    assert again.startswith(prefix)  # the echo
+    rest = again[len(prefix) :]
+    assert rest and (prefix + rest)[: len(whole)] == whole
 
 
 def test_real_completions_endpoint(client: Any) -> None:

@@ -273,6 +273,38 @@ def test_continue_final_message_continues_the_text(hs: str) -> None:
     assert fresh["choices"][0]["message"]["content"][0].isupper()
 
 
+@pytest.mark.parametrize(
+    "cut",
+    [
+        lambda t: t[: t.index(" ", 30)],  # at a word boundary
+        lambda t: t[: t.index(" ", 30) + 3],  # inside a word
+        lambda t: t[: len(t) // 2],
+        lambda t: t,  # all of it: nothing is left to say
+    ],
+)
+def test_a_continuation_of_its_own_answer_is_the_rest_of_it(st: str, cut: Any) -> None:
+    ask = [{"role": "user", "content": "Tell me about deltas."}]
+    _, whole = chat(st, messages=ask)
+    text = whole["choices"][0]["message"]["content"]
+    prefix = cut(text)
+    messages = [*ask, {"role": "assistant", "content": prefix}]
+    _, cont = chat(st, messages=messages, continue_final_message=True)
+    assert prefix + cont["choices"][0]["message"]["content"] == text
+    assert cont["choices"][0]["finish_reason"] == "stop"
+
+
+def test_a_continuation_of_a_foreign_prefix_has_as_many_words_as_were_left(st: str) -> None:
+    ask = [{"role": "user", "content": "Tell me about deltas."}]
+    _, whole = chat(st, messages=ask)
+    words = len(whole["choices"][0]["message"]["content"].split())
+    prefix = "Deltas form where rivers slow down and drop what they carry,"
+    messages = [*ask, {"role": "assistant", "content": prefix}]
+    _, cont = chat(st, messages=messages, continue_final_message=True)
+    rest = cont["choices"][0]["message"]["content"]
+    # whole sentences: it ends on the first sentence end past what was left
+    assert max(8, words - len(prefix.split())) <= len(rest.split()) < words + 40
+
+
 # --- metrics, load and the latency model ----------------------------------------------
 
 
