@@ -769,6 +769,11 @@ def _content(out: Any) -> str:
             "check_template_leak",
         ),
         (Reply(chunks=events(HEAD)[:5], hang_after=5), "Tea is a drink. ", "stall"),
+        (  # in the first token's event: the attempt fails while it is being opened
+            Reply(chunks=events(["Tea is a drink. <|im_end|>", "x"])),
+            "Tea is a drink. ",
+            "check_template_leak",
+        ),
     ],
 )
 @aio

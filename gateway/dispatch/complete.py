@@ -58,7 +58,7 @@ class Completer:
             try:
                 s = await self._opener.open(call, pool, body, how, trail)
             except AttemptError as e:
-                if e.partial is not None:  # e.g. a loop in the first read
+                if isinstance(e.partial, StreamState):  # e.g. a loop in the first read
                     self._keep(call, pool.name, e.partial, e, trail)
                 if salvage is None or e.retryable:
                     raise

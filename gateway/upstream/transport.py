@@ -16,14 +16,11 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import orjson
 
 from gateway.upstream import h1
-
-if TYPE_CHECKING:
-    from gateway.upstream.sse import StreamState
 
 MAX_ERROR_BODY = 64 * 1024
 MAX_JSON_ANSWER = 64 * 1024 * 1024
@@ -51,7 +48,9 @@ class AttemptError(Exception):
         self.status = status
         self.body = body  # the upstream's own answer, for client errors relayed as they are
         self.retry_after: float | None = None  # the engine's Retry-After, seconds
-        self.partial: StreamState | None = None  # a stream that failed after its first token
+        # a stream that failed after its first token: its StreamState (gateway.upstream.sse,
+        # which imports this module), set by the opener
+        self.partial: object | None = None
         self.transient = kind == "reset" or (status is not None and status in _TRANSIENT)
 
 
