@@ -36,20 +36,25 @@ admission batch size), ``x-sim-accept-len`` and ``x-sim-faults`` (plus ``x-sim-e
 ``e2e_ms``, ``steps`` and ``accept_len``.
 
 **Text.** Pseudo-English, one word per token, deterministic in ``--seed`` and the request
-content (``stream``, ``model``, ``max_tokens`` and ``stop`` do not change the text, only
-where it ends). Length: log-normal around 80 tokens,
+content (``stream``, ``model``, ``max_tokens``, ``min_tokens`` and ``stop`` do not change the
+text, only where it ends). Length: log-normal around 80 tokens,
 clipped to 20-300, ending on a sentence; ``max_tokens`` / ``max_completion_tokens`` cut it
 (``finish_reason: "length"``). ``stop`` strings, ``ignore_eos`` and ``min_tokens`` are
 honoured; other SGLang extras (``top_k``, ``regex``, ``chat_template_kwargs``...) are
 accepted and ignored. ``continue_final_message: true`` with a trailing assistant message
-continues that text: where the text is a start of the answer this seed gives the request
-without it, with the rest of that answer (as a model with greedy or seeded sampling
-continues its own prefix, so a continuation of a broken answer's good part costs only the
-rest of it); otherwise with new sentences, as many words as that answer had left (at
-least 8). ``response_format`` ``json_object`` / ``json_schema`` gives a valid
-JSON object (simple schemas: properties of basic types, nested objects, arrays, enums);
-``tools`` give a valid call to the first tool (or the one ``tool_choice`` names), unless
-``tool_choice`` is ``"none"`` or the last message is a tool result.
+continues that text. Where the text is a start of the answer this seed gives the same
+request without that message and flag (plain text or JSON; the replica's
+``--profile`` does not change the text, so two replicas with one ``--seed`` continue each
+other's answers), the continuation is the rest of that answer, as a model with greedy or
+seeded sampling continues its own prefix (``tests/test_local_engine.py`` checks llama.cpp's
+server); other text goes on with new sentences, as many words as that answer had left
+(at least 8), other JSON with a new object; ``min_tokens`` counts the continuation's own
+tokens. With ``ignore_eos``, on ``/v1/completions`` (where a prefix is only more prompt)
+and for tool calls a continuation is a new answer. ``response_format`` ``json_object`` /
+``json_schema`` gives a valid JSON object (simple schemas: properties of basic types,
+nested objects, arrays, enums); ``tools`` give a valid call to the first tool (or the one
+``tool_choice`` names), unless ``tool_choice`` is ``"none"`` or the last message is a tool
+result.
 
 **Faults**, per request with ``x-sim-fault: NAME[;NAME...]`` (``none`` turns off the
 rate-drawn ones) or per rate with ``--fault NAME=RATE`` (drawn in request order from the
@@ -437,10 +442,12 @@ def _stops(body: Json) -> list[str]:
 
 
 def _digest(body: Json, chat: bool) -> str:
-    # max_tokens and stop only cut the same text short: they are not part of the digest
+    # max_tokens and stop only cut the same text short, min_tokens only makes it go on:
+    # they are not part of the digest
     keys = ("messages", "prompt", "tools", "tool_choice", "response_format", "ignore_eos",
-            "min_tokens", "continue_final_message")  # fmt: skip
+            "continue_final_message")  # fmt: skip
     canon = {k: body.get(k) for k in keys}
+    canon["continue_final_message"] = body.get("continue_final_message") or None  # false: unset
     canon["chat"] = chat
     raw = orjson.dumps(canon, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
     return hashlib.sha256(raw).hexdigest()
@@ -466,9 +473,9 @@ def _common(body: Json, chat: bool, tokens: list[str]) -> SimRequest:
 
 def parse_chat(body: Json) -> SimRequest:
     messages = _check_messages(body.get("messages"))
-    tool = _pick_tool(body, messages)
     continuing = bool(body.get("continue_final_message")) and messages[-1]["role"] == "assistant"
     head = messages[:-1] if continuing else messages
+    tool = _pick_tool(body, head or messages)  # a continued text answer stays text
     prompt = "".join(_render_message(m) for m in head)
     if body.get("tools"):
         prompt = f"<|im_start|> tools\n{json.dumps(body['tools'])} <|im_end|>\n" + prompt
@@ -503,6 +510,9 @@ def parse_completion(body: Json) -> SimRequest:
 # --- what to answer -------------------------------------------------------------------
 
 
+Pieces = list[str] | None  # a continuation's answer, where there is one
+
+
 @dataclass
 class Plan:
     """The answer decided before any timing: pieces (one per token) and how it ends."""
@@ -516,27 +526,26 @@ class Plan:
     slow_ttft: bool = False
 
 
-def _text_plan(
-    req: SimRequest, seed: int, rng: random.Random, frng: random.Random, faults: set[str]
-) -> Plan:
-    prefix = req.continue_text
+def _joins(prefix: str | None) -> tuple[bool, bool]:
+    """How text after ``prefix`` starts: with a space, with a capital."""
     capital = prefix is None or prefix.rstrip() == "" or prefix.rstrip()[-1] in ".!?:"
     lead = prefix is not None and prefix != "" and not prefix[-1].isspace()
-    target = answer_length(rng)
-    if req.ignore_eos:
-        target = req.max_tokens or 300
-    target = max(target, req.min_tokens)
-    resumed = _resumed(req, seed) if req.base_digest and not req.ignore_eos else None
-    if resumed is not None:
-        pieces = resumed
-    elif req.base_digest and not req.ignore_eos:  # a prefix this model would not have written
-        base = answer_length(random.Random(f"{seed}:{req.base_digest}:text"))
-        done = len(re.findall(r"\S+", prefix or ""))
-        pieces = prose(rng, max(req.min_tokens, CONTINUE_MIN_TOKENS, base - done), lead, capital)
+    return lead, capital
+
+
+def _text_plan(
+    req: SimRequest, rng: random.Random, frng: random.Random, faults: set[str], rest: Pieces
+) -> Plan:
+    if rest is not None:  # a continuation
+        pieces = rest
     else:
-        pieces = prose(rng, target, lead, capital)
-    if req.ignore_eos:
-        pieces = pieces[:target]
+        lead, capital = _joins(req.continue_text)
+        target = answer_length(rng)
+        if req.ignore_eos:
+            target = req.max_tokens or 300
+        pieces = prose(rng, max(target, req.min_tokens), lead, capital)
+        if req.ignore_eos:
+            pieces = pieces[:target]
     if "loop" in faults:
         return _looped(pieces, req, frng)
     if "leak" in faults:
@@ -545,13 +554,36 @@ def _text_plan(
     return Plan(pieces, "length" if req.ignore_eos else "stop")
 
 
-def _resumed(req: SimRequest, seed: int) -> list[str] | None:
-    """A continuation of this model's own answer: the rest of that answer, as a model with
-    seeded (or greedy) sampling gives it; None when the prefix is not a start of it."""
-    rng = random.Random(f"{seed}:{req.base_digest}:text")
-    target = max(answer_length(rng), req.min_tokens)
-    pieces = prose(rng, target, False, True)
+def _continued(req: SimRequest, seed: int, rng: random.Random) -> Pieces:
+    """A continuation's answer (a trailing assistant message, ``continue_final_message``):
+    where its text is a start of the answer this seed gives the request without it, the
+    rest of that answer, as a model with greedy or seeded sampling continues its own
+    prefix; other text goes on with new sentences, as many words as that answer had left.
+    None where the request continues nothing, asks for ``ignore_eos``, or the answer it
+    continues is a tool call or JSON that does not start with the text."""
+    if not req.base_digest or req.ignore_eos:
+        return None
+    asked = replace(req, digest=req.base_digest, continue_text=None, base_digest="", min_tokens=0)
+    base = _answer(asked, seed, set(), *_rngs(asked, seed))
+    if base.tool_name is not None:
+        return None
     prefix = req.continue_text or ""
+    rest = _after(base.pieces, prefix)
+    if req.json_schema is not None:
+        return rest
+    lead, capital = _joins(prefix)
+    if rest is None:
+        left = len(base.pieces) - len(re.findall(r"\S+", prefix))
+        rest = prose(rng, max(CONTINUE_MIN_TOKENS, left), lead, capital)
+    if len(rest) < req.min_tokens:  # min_tokens counts this request's own tokens
+        lead, capital = _joins(prefix + "".join(rest))
+        rest += prose(rng, req.min_tokens - len(rest), lead, capital)
+    return rest
+
+
+def _after(pieces: list[str], prefix: str) -> list[str] | None:
+    """The pieces after ``prefix`` (which may end inside one); None if it does not start
+    them."""
     if not "".join(pieces).startswith(prefix):
         return None
     size = 0
@@ -572,7 +604,12 @@ def _looped(pieces: list[str], req: SimRequest, frng: random.Random) -> Plan:
     return Plan(out[:limit], "length")
 
 
-def _json_plan(req: SimRequest, rng: random.Random, frng: random.Random, bad: bool) -> Plan:
+def _json_plan(
+    req: SimRequest, rng: random.Random, frng: random.Random, bad: bool, rest: Pieces
+) -> Plan:
+    if rest is not None:  # the rest of the object a continuation continues
+        text = "".join(rest)
+        return Plan(split_pieces(_corrupt_json(text, frng) if bad else text), "stop")
     schema = req.json_schema
     if schema:
         value = value_for(schema, rng)
@@ -634,16 +671,27 @@ def _apply_stop(plan: Plan, stops: list[str]) -> None:
     plan.pieces, plan.finish = out, "stop"
 
 
+def _rngs(req: SimRequest, seed: int) -> tuple[random.Random, random.Random]:
+    """The request's draws: its text's, its faults'."""
+    return random.Random(f"{seed}:{req.digest}:text"), random.Random(f"{seed}:{req.digest}:fault")
+
+
+def _answer(
+    req: SimRequest, seed: int, faults: set[str], rng: random.Random, frng: random.Random
+) -> Plan:
+    """The answer from the seed, the request content and the faults, before any limit."""
+    if req.tool is not None:
+        return _tool_plan(req, rng, frng, "bad_tool" in faults)
+    rest = _continued(req, seed, rng)
+    if req.json_schema is not None:
+        return _json_plan(req, rng, frng, "bad_json" in faults, rest)
+    return _text_plan(req, rng, frng, faults, rest)
+
+
 def make_plan(req: SimRequest, seed: int, faults: set[str]) -> Plan:
     """Decide the whole answer from the seed, the request content and the faults."""
-    rng = random.Random(f"{seed}:{req.digest}:text")
-    frng = random.Random(f"{seed}:{req.digest}:fault")
-    if req.tool is not None:
-        plan = _tool_plan(req, rng, frng, "bad_tool" in faults)
-    elif req.json_schema is not None:
-        plan = _json_plan(req, rng, frng, "bad_json" in faults)
-    else:
-        plan = _text_plan(req, seed, rng, frng, faults)
+    rng, frng = _rngs(req, seed)
+    plan = _answer(req, seed, faults, rng, frng)
     _apply_limits(plan, req)
     for end in ("stall", "cut", "error_event"):
         if end in faults:

@@ -273,6 +273,15 @@ def test_continue_final_message_continues_the_text(hs: str) -> None:
     assert fresh["choices"][0]["message"]["content"][0].isupper()
 
 
+DELTAS = [{"role": "user", "content": "Tell me about deltas."}]
+
+
+def _continue(base: str, prefix: str, **extra: Any) -> dict[str, Any]:
+    messages = [*extra.pop("ask", DELTAS), {"role": "assistant", "content": prefix}]
+    _, cont = chat(base, messages=messages, continue_final_message=True, **extra)
+    return dict(cont["choices"][0])
+
+
 @pytest.mark.parametrize(
     "cut",
     [
@@ -280,29 +289,56 @@ def test_continue_final_message_continues_the_text(hs: str) -> None:
         lambda t: t[: t.index(" ", 30) + 3],  # inside a word
         lambda t: t[: len(t) // 2],
         lambda t: t,  # all of it: nothing is left to say
+        lambda t: "",
     ],
 )
-def test_a_continuation_of_its_own_answer_is_the_rest_of_it(st: str, cut: Any) -> None:
-    ask = [{"role": "user", "content": "Tell me about deltas."}]
-    _, whole = chat(st, messages=ask)
+def test_a_continuation_of_its_own_answer_is_the_rest_of_it(hs: str, st: str, cut: Any) -> None:
+    # the fast replica's answer, continued on the standard one (same seed): the headline's
+    # loop fallback, which continues the text before the loop
+    _, whole = chat(hs, messages=DELTAS)
     text = whole["choices"][0]["message"]["content"]
     prefix = cut(text)
-    messages = [*ask, {"role": "assistant", "content": prefix}]
-    _, cont = chat(st, messages=messages, continue_final_message=True)
-    assert prefix + cont["choices"][0]["message"]["content"] == text
-    assert cont["choices"][0]["finish_reason"] == "stop"
+    cont = _continue(st, prefix)
+    assert prefix + cont["message"]["content"] == text and cont["finish_reason"] == "stop"
 
 
 def test_a_continuation_of_a_foreign_prefix_has_as_many_words_as_were_left(st: str) -> None:
-    ask = [{"role": "user", "content": "Tell me about deltas."}]
-    _, whole = chat(st, messages=ask)
+    _, whole = chat(st, messages=DELTAS)
     words = len(whole["choices"][0]["message"]["content"].split())
     prefix = "Deltas form where rivers slow down and drop what they carry,"
-    messages = [*ask, {"role": "assistant", "content": prefix}]
-    _, cont = chat(st, messages=messages, continue_final_message=True)
-    rest = cont["choices"][0]["message"]["content"]
-    # whole sentences: it ends on the first sentence end past what was left
-    assert max(8, words - len(prefix.split())) <= len(rest.split()) < words + 40
+    rest = _continue(st, prefix)["message"]["content"]
+    assert rest.startswith(" ") and rest[1].islower()  # the same sentence goes on
+    left = max(8, words - len(prefix.split()))
+    assert left <= len(rest.split()) < left + 30  # it ends on the first sentence end past it
+
+
+def test_a_continuation_honours_its_own_min_tokens(st: str) -> None:
+    _, whole = chat(st, messages=DELTAS)
+    text = whole["choices"][0]["message"]["content"]
+    prefix = text[: text.rindex(" ", 0, len(text) - 10)]  # all but the last word or two
+    rest = _continue(st, prefix, min_tokens=30)["message"]["content"]
+    assert (prefix + rest).startswith(text) and len(rest.split()) >= 30
+
+
+def test_json_and_tool_answers_are_continued_as_what_they_are(st: str) -> None:
+    fmt = {"type": "json_object"}
+    _, whole = chat(st, messages=DELTAS, response_format=fmt)
+    text = whole["choices"][0]["message"]["content"]
+    rest = _continue(st, text[:12], response_format=fmt)["message"]["content"]
+    assert json.loads(text[:12] + rest) == json.loads(text)
+    # after a tool's result the answer is text, and so is its continuation
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    ask = [
+        {"role": "user", "content": "Call f."},
+        {"role": "assistant", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        ]},
+        {"role": "tool", "tool_call_id": "c1", "content": "42"},
+    ]  # fmt: skip
+    _, after = chat(st, messages=ask, tools=tools)
+    text = after["choices"][0]["message"]["content"]
+    cont = _continue(st, text[:20], ask=ask, tools=tools)
+    assert not cont["message"].get("tool_calls") and text[:20] + cont["message"]["content"] == text
 
 
 # --- metrics, load and the latency model ----------------------------------------------

@@ -50,7 +50,17 @@ def continuation_body(call: Call, pool: Pool, prefix: str, sent_tokens: int) -> 
     req = call.req
     body = call.body_for(pool)
     if req.kind == "chat":
-        body["messages"] = [*req.body["messages"], {"role": "assistant", "content": prefix}]
+        messages = req.body["messages"]
+        own = messages[-1] if req.body.get("continue_final_message") and messages else None
+        if (
+            style.startswith("continue_final_message")
+            and isinstance(own, dict)
+            and own.get("role") == "assistant"
+            and isinstance(own.get("content"), str)
+        ):  # the client's own assistant prefix goes on: the text sent continues it
+            body["messages"] = [*messages[:-1], {**own, "content": own["content"] + prefix}]
+        else:
+            body["messages"] = [*messages, {"role": "assistant", "content": prefix}]
         if style.startswith("continue_final_message"):
             body["continue_final_message"] = True
         if style == "continue_final_message_no_gen":
@@ -62,9 +72,13 @@ def continuation_body(call: Call, pool: Pool, prefix: str, sent_tokens: int) -> 
         body["prompt"] = prompt + prefix
     body["stream"] = True  # a continuation is read as a stream, also for a non-streamed call
     body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+    caps: list[int] = []
     for key in ("max_tokens", "max_completion_tokens"):
         if isinstance(body.get(key), int):
             body[key] = max(1, body[key] - sent_tokens)
+            caps.append(body[key])
+    if isinstance(body.get("min_tokens"), int):  # SGLang's and vLLM's; over max_tokens: a 400
+        body["min_tokens"] = min(max(0, body["min_tokens"] - sent_tokens), *caps)
     return orjson.dumps(body)
 
 
