@@ -485,8 +485,7 @@ def parse_chat(body: Json) -> SimRequest:
     req.tool = tool
     req.continue_text = continue_text
     if continuing:
-        base = {k: v for k, v in body.items() if k != "continue_final_message"}
-        req.base_digest = _digest({**base, "messages": head}, True)
+        req.base_digest = _digest({**body, "messages": head, "continue_final_message": None}, True)
     return req
 
 

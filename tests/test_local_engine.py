@@ -149,9 +149,9 @@ def test_real_looping_stream_is_recovered(client: Any) -> None:
 def test_the_engine_continues_its_own_prefix_with_the_rest_of_its_answer(
     local_engines: dict[str, str], share: float
 ) -> None:
-    """What the simulator models (engines/sim.py, continuations): greedy decoding continues
-    the start of its own answer, as the assistant prefill a continuation sends, with the
-    rest of that answer (llama.cpp's server echoes the prefix first; the gateway strips
+    """What the simulator models (engines/sim.py, continuations): with greedy decoding, a
+    request whose trailing assistant message is the start of the engine's own answer gets
+    the rest of that answer (llama.cpp's server echoes the prefix first; the gateway strips
     it, dispatch/splice.py)."""
 
     def ask(messages: list[dict[str, str]]) -> str:
@@ -166,6 +166,7 @@ def test_the_engine_continues_its_own_prefix_with_the_rest_of_its_answer(
 
     question = [{"role": "user", "content": "Explain what a hash table is."}]
     whole = ask(question)
+    assert " " in whole[int(len(whole) * share) :], whole  # a word boundary to cut at
     prefix = whole[: whole.index(" ", int(len(whole) * share))]
     again = ask([*question, {"role": "assistant", "content": prefix}])
     assert again.startswith(prefix)  # the echo

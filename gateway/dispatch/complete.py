@@ -103,7 +103,7 @@ class Completer:
         """What of a failed attempt's text the next tier can continue: what came before a loop
         (not one copy of its unit: a model shown it tends to go on with it) or before a
         leaked template token, all of it before a cut, a stall, a trickle, a timeout."""
-        if trail.salvage or state.multi or state.tool_calls or not state.plain:
+        if trail.salvage or not (state.plain and state.resumable):
             return
         text, at = state.text(), None
         if e.kind == "check_repetition":
@@ -294,7 +294,7 @@ class _Ahead:
             return
         if self.guard.confirmed(state):
             raise AttemptError("check_repetition", "the text repeats one unit")
-        if cont.wants_ahead and state.plain and not (state.multi or state.tool_calls):
+        if cont.wants_ahead and state.plain and state.resumable:
             at = self.guard.start
             tokens = state.tokens_for(at)
             cont.open_ahead(s.pool.name, state.text()[:at], tokens, True)

@@ -54,12 +54,6 @@ class _Broken(Exception):
         self.upstream_fault = upstream_fault
 
 
-def _resumable(state: StreamState) -> bool:
-    """Whether a broken stream could be continued on another tier at all (tool-call
-    deltas and interleaved choices cannot)."""
-    return not (state.tool_calls or state.multi)
-
-
 @contextlib.contextmanager
 def _as_broken() -> Iterator[None]:
     """Upstream trouble while a stream is relayed, as :class:`_Broken`."""
@@ -143,7 +137,7 @@ class StreamRelay:
                     continue
                 usage = state.usage
                 state.feed_block(complete)
-                if rate is not None and _resumable(state):
+                if rate is not None and state.resumable:
                     rate.check(state.emitted, time.monotonic() - self.blocked_s)
                 bad = live.maybe_run(state)
                 if bad is not None:
@@ -154,7 +148,7 @@ class StreamRelay:
                 if guard is not None and guard.update(state):  # a candidate loop: hold it
                     if guard.confirmed(state):
                         raise _Broken("check_repetition", _LOOP, upstream_fault=False)
-                    if self._cont.wants_ahead and _resumable(state):  # its continuation
+                    if self._cont.wants_ahead and state.resumable:  # its continuation
                         prefix = state.text()[: min(guard.start, self.sent_chars)]
                         self._cont.open_ahead(self.tier, prefix, self.sent_tokens, False)
                     held += out
@@ -235,7 +229,7 @@ class StreamRelay:
     async def _recover(self, sink: Sink, broken: StreamStart, b: _Broken) -> None:
         state = broken.state
         why = f"tier {self.tier} failed mid-stream ({b.kind})"
-        if not (_resumable(state) and self._can_continue()):
+        if not (state.resumable and self._can_continue()):
             await self._error(sink, f"The stream broke off: {why}; it cannot be continued.")
             return
         text = state.text()

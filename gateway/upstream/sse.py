@@ -381,6 +381,12 @@ class StreamState:
         blocks = b"".join(self.events or ())
         return [orjson.loads(p) for p in data_payloads(blocks) if p != b"[DONE]"]
 
+    @property
+    def resumable(self) -> bool:
+        """Whether another tier could continue this text at all (tool-call deltas and
+        interleaved choices cannot be)."""
+        return not (self.tool_calls or self.multi)
+
     def tokens_for(self, chars: int, events: int | None = None) -> int:
         """At least how many tokens the text's first ``chars`` characters took: the content
         ``events`` that carried them (each carries one or more; unknown, the share of all
