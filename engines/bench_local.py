@@ -6,7 +6,10 @@ Usage::
 
 Starts the tier's server (unless ``--url`` is given), measures startup time and RSS, then
 time to first token and output tokens/s for ~128-token answers, non-streamed and streamed,
-at 1 and 4 concurrent clients. Prints one JSON object per measurement.
+at 1 and 4 concurrent clients, and for streams the fewest tokens any 1-second window got
+(what the gateway's minimum-rate guard sees). ``--busy N`` runs N busy processes beside
+the server (a neighbour's job, the gateway): ``--threads`` against contention. Prints one
+JSON object per measurement.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import argparse
 import http.client
 import json
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -23,6 +27,7 @@ from urllib.parse import urlsplit
 
 from engines.local import (
     MODEL_ALIAS,
+    _default_threads,
     start_local_engine,
     stop_local_engine,
     wait_ready,
@@ -65,6 +70,7 @@ def chat(url: str, prompt: str, *, stream: bool, max_tokens: int = 128) -> dict[
     resp = conn.getresponse()
     ttft: float | None = None
     tokens = 0
+    times: list[float] = []
     if not stream:
         data = json.loads(resp.read())
         total = time.perf_counter() - t0
@@ -77,13 +83,22 @@ def chat(url: str, prompt: str, *, stream: bool, max_tokens: int = 128) -> dict[
                 continue
             chunk = json.loads(line[6:])
             has_text = bool(chunk.get("choices") and chunk["choices"][0]["delta"].get("content"))
+            if has_text:
+                times.append(time.perf_counter())
             if has_text and ttft is None:
                 ttft = time.perf_counter() - t0
             if chunk.get("usage"):
                 tokens = chunk["usage"]["completion_tokens"]
         total = time.perf_counter() - t0
     conn.close()
-    return {"total_s": total, "ttft_s": ttft, "tokens": tokens}
+    return {"total_s": total, "ttft_s": ttft, "tokens": tokens, "worst_1s": worst_1s(times)}
+
+
+def worst_1s(times: list[float]) -> int | None:
+    """The fewest text chunks in any 1-second window that starts at a chunk (None: <1 s)."""
+    last = times[-1] if times else 0.0
+    counts = [sum(1 for t in times if a <= t < a + 1.0) for a in times if a + 1.0 <= last]
+    return min(counts) if counts else None
 
 
 def run_clients(url: str, clients: int, stream: bool, rounds: int) -> dict[str, Any]:
@@ -114,7 +129,12 @@ def run_clients(url: str, clients: int, stream: bool, rounds: int) -> dict[str, 
         ),
         "aggregate_tok_s": round(tokens / wall, 1),
         "latency_s_median": round(statistics.median(r["total_s"] for r in results), 2),
+        **({"worst_1s_tokens": min(worst)} if (worst := worst_windows(results)) else {}),
     }
+
+
+def worst_windows(results: list[dict[str, Any]]) -> list[int]:
+    return [r["worst_1s"] for r in results if r["worst_1s"] is not None]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,7 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--url", help="benchmark an already running server")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--threads", type=int)
+    ap.add_argument("--busy", type=int, default=0, help="busy processes beside the server")
     args = ap.parse_args(argv)
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
     proc = None
     url = args.url or f"http://127.0.0.1:{args.port}"
     if not args.url:
@@ -136,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
             json.dumps(
                 {
                     "tier": args.tier,
+                    "threads": args.threads or _default_threads(),
+                    "busy": args.busy,
                     "startup_s": round(startup, 2),
                     "rss_mib_idle": round(rss_mib(proc.pid), 1),
                 }
@@ -152,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
         if proc is not None:
             print(json.dumps({"tier": args.tier, "rss_mib_after": round(rss_mib(proc.pid), 1)}))
     finally:
+        for b in busy:
+            b.kill()
         if proc is not None:
             stop_local_engine(proc)
     return 0

@@ -22,7 +22,8 @@ Usage::
     stop_local_engine(proc)
 
 Environment overrides: ``LOCAL_LLM_SERVER`` (path of a ``llama-server`` binary),
-``LOCAL_LLM_MODEL`` (path of a GGUF file), ``LOCAL_LLM_THREADS`` (CPU threads per server).
+``LOCAL_LLM_MODEL`` (path of a GGUF file), ``LOCAL_LLM_THREADS`` (CPU threads per server; default
+:func:`default_threads`).
 """
 
 from __future__ import annotations
@@ -197,14 +198,29 @@ def find_server() -> list[str]:
     )
 
 
+def default_threads(cpus: int) -> int:
+    """Threads per server when ``cpus`` CPUs are ours: both tiers' servers together ask
+    for at most ``cpus - 1`` (one thread each on 1-2 CPUs), so a CPU is left for the
+    gateway and its clients, and a fallback running both servers does not oversubscribe.
+
+    llama.cpp's threads meet at a barrier for every layer of every token, so one thread
+    that the kernel preempts stalls them all: with ``--threads`` = all CPUs, a single busy
+    process beside it cut SmolLM2's stream from 70 to 11-14 tokens/s, with 1-second
+    windows of 1-6 tokens (below the fast tier's 4 tokens/s guard); at 1 thread of 2 CPUs
+    it ran 45 idle and 43 beside that process (engines/LOCAL.md).
+    """
+    return max(1, (cpus - 1) // 2)
+
+
 def _default_threads() -> int:
     env = os.environ.get("LOCAL_LLM_THREADS")
     if env:
         return max(1, int(env))
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - non-Linux
-        return max(1, os.cpu_count() or 1)
+        cpus = os.cpu_count() or 1
+    return default_threads(cpus)
 
 
 def server_argv(
