@@ -79,6 +79,10 @@ class Sample:
     tier: str | None = None
     fallback: bool = False
     hedge: bool = False
+    # the gateway's own words for it: x-gateway-fallback, -hedge, -continued (a stream's
+    # later ones come as comments after its events)
+    why: dict[str, str] = field(default_factory=dict)
+    index: int = -1  # the prompt's (the same prompt on every target)
 
 
 @dataclass
@@ -180,6 +184,9 @@ def _body(target: Target, i: int, stream: bool) -> dict[str, Any]:
     return body
 
 
+WHY = ("x-gateway-fallback", "x-gateway-hedge", "x-gateway-continued")
+
+
 def _defect(text: str, finished: bool) -> str | None:
     if any(t in text for t in LEAKS):
         return "leak"
@@ -199,8 +206,10 @@ async def _stream(resp: aiohttp.ClientResponse, s: Sample, t0: float) -> tuple[s
         while b"\n\n" in buf:
             event, buf = buf.split(b"\n\n", 1)
             for line in event.split(b"\n"):
-                if line.startswith(b": x-gateway-fallback"):  # a stream continued elsewhere
-                    s.fallback = True
+                if line.startswith(b": x-gateway-"):  # what happened after the head
+                    name, _, value = line[2:].decode(errors="replace").partition(" ")
+                    s.why[name] = value
+                    s.fallback = s.fallback or name == "x-gateway-fallback"
                 if not line.startswith(b"data: "):
                     continue
                 data = line[6:]
@@ -229,7 +238,7 @@ async def one(
     session: aiohttp.ClientSession, target: Target, i: int, mode: str, clients: int, timeout: float
 ) -> Sample:
     stream = mode == "stream"
-    s = Sample(target.name, mode, clients, ok=False)
+    s = Sample(target.name, mode, clients, ok=False, index=i)
     t0 = time.perf_counter()
     url = target.url + "/v1/chat/completions"
     try:
@@ -237,6 +246,7 @@ async def one(
             s.tier = r.headers.get("x-gateway-tier")
             s.fallback = "x-gateway-fallback" in r.headers
             s.hedge = "x-gateway-hedge" in r.headers
+            s.why = {k: r.headers[k] for k in WHY if k in r.headers}
             if r.status != 200:
                 s.error = f"http_{r.status}"
                 await r.read()

@@ -185,6 +185,34 @@ def _load_table(
     ]
 
 
+def _slowest(samples: list[Any], cells: dict[str, Any], n: int = 3) -> list[str]:
+    """The gateway's slowest answers per cell and what its headers said about them, next to
+    the standard tier's slowest: the tail, explained."""
+    rows = []
+    for key in cells:
+        mode, c = key.split(" c=")
+        cell = [s for s in samples if s.ok and s.mode == mode and s.clients == int(c)]
+        for target in ("gateway", "standard (raw)"):
+            mine = sorted((s for s in cell if s.target == target), key=lambda s: -s.latency_s)
+            for s in mine[:n]:
+                why = "; ".join(f"{k.removeprefix('x-gateway-')}: {v}" for k, v in s.why.items())
+                ttft = f"{s.ttft_s * 1000:,.0f}" if s.ttft_s is not None else "-"
+                rows.append(
+                    [key, target, str(s.index), f"{s.latency_s * 1000:,.0f}", ttft, str(s.tokens)]
+                    + [s.tier or "-", why or "-"]
+                )
+    if not rows:
+        return []
+    head = ["cell", "target", "prompt", "latency ms", "TTFT ms", "tokens", "tier", "why"]
+    return [
+        f"The {n} slowest answers per cell, through the gateway (its headers and trailing "
+        "comments) and from the standard tier raw:",
+        "",
+        md_table(head, rows),
+        "",
+    ]
+
+
 def report(
     samples: list[Any],
     names: list[str],
@@ -227,6 +255,7 @@ def report(
             "",
         ]
     lines += _load_table(samples, load or {}, [n for n in names if n.startswith("gateway")])
+    lines += _slowest(samples, cells)
     if _plot(cells, names, out / "headline.png"):
         lines += ["![latency and TTFT per target](headline.png)", ""]
     text = "\n".join(lines)

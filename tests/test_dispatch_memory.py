@@ -900,3 +900,118 @@ async def test_no_continuation_where_it_cannot_be_one() -> None:
     out = await rig.dispatcher.complete(rig.call(n=2))  # n > 1: every choice starts over
     assert out.tier == "standard" and out.trail.continued is None
     assert rig.calls("standard")[0]["messages"][-1]["role"] == "user"
+
+
+# -- a hedge the standard tier won, handed back to the fast tier (bridge.py) --------------------
+SLOW_FIRST = Reply(chunks=events(["Late."]), delay=0.45)  # the fast tier's first request
+STD_LONG = Reply(
+    chunks=events(["Tea ", "is ", "a ", "drink ", "too."], prompt_tokens=9, completion_tokens=5),
+    gap=0.02,
+)
+
+
+def _fast(texts: list[str], **kw: Any) -> Reply:
+    """The fast tier's continuation, with an id of its own (the client must not see it)."""
+    chunks = events(texts, prompt_tokens=12, completion_tokens=len(texts))
+    return Reply(chunks=[c.replace(b"chatcmpl-1", b"chatcmpl-F") for c in chunks], **kw)
+
+
+async def _answer(rig: Rig, stream: bool, **call: Any) -> tuple[str, str, Any, dict[str, Any]]:
+    """(text, answering tier, trail, usage) of one request, streamed or not."""
+    if stream:
+        sink, relay = await _relay(rig, stream_options={"include_usage": True}, **call)
+        assert not relay.broken and sink.data.count(b"data: [DONE]") == 1
+        assert {p["id"] for p in sink.payloads()} == {
+            "chatcmpl-1"
+        }  # one stream, as the client sees
+        roles = [c for p in sink.payloads() for c in p["choices"] if "role" in c.get("delta", {})]
+        assert len(roles) == 1
+        if relay.trail.bridged:
+            assert f": x-gateway-continued {relay.trail.bridged}".encode() in sink.data
+        return sink.text(), relay.tier, relay.trail, sink.payloads()[-1]["usage"]
+    out = await rig.dispatcher.complete(rig.call(**call))
+    body = orjson.loads(out.body)
+    assert body["id"] == "chatcmpl-1"
+    return _content(out), out.tier, out.trail, body["usage"]
+
+
+def _closed_and_free(rig: Rig) -> None:
+    for tier, t in rig.transports.by_tier.items():
+        assert all(s.closed or s.released for s in t.streams), tier
+        assert rig.pools[tier].replicas[0].in_flight == 0, tier
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "plain"])
+@aio
+async def test_a_hedge_the_standard_tier_won_is_handed_back_to_the_fast_tier(stream: bool) -> None:
+    fast = [SLOW_FIRST, _fast(["is ", "a ", "fine ", "drink."])]
+    rig = Rig(
+        by_tier(highspeed=fast, standard=STD_LONG),
+        hedge_after=0.05,
+        continuation="continue_final_message",
+    )
+    t0 = time.monotonic()
+    text, tier, trail, usage = await _answer(rig, stream, max_tokens=50)
+    assert time.monotonic() - t0 < SLOW_FIRST.delay  # neither the slow start nor its end
+    assert text == "Tea is a fine drink." and tier == "highspeed"
+    assert trail.hedge == "standard after 0.05s; standard won" and trail.bridged == "standard:4"
+    assert not trail.failures
+    sent = rig.calls("highspeed")[1]  # the continuation of what the standard tier began
+    assert sent["messages"][-1] == {"role": "assistant", "content": "Tea "}
+    assert sent["continue_final_message"] is True and sent["max_tokens"] == 49
+    assert usage["completion_tokens"] == 1 + 4  # the standard tier's token, the fast tier's
+    await asyncio.sleep(0)
+    assert rig.transports.by_tier["standard"].streams[0].closed  # its engine stops
+    _closed_and_free(rig)
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "plain"])
+@pytest.mark.parametrize(
+    ("fast_again", "continuation", "dispatch"),
+    [
+        (_fast(["is ", "a ", "fine ", "drink."], delay=0.3), "continue_final_message", {}),
+        (Reply(status=503), "continue_final_message", {}),  # refused: the standard goes on
+        (_fast(["is ", "fine."]), "prefill", {}),  # an engine that repeats the prefix
+        (_fast(["is ", "fine."]), "continue_final_message", {"bridge": False}),
+    ],
+    ids=["too-late", "fails", "repeats-prefix", "off"],
+)
+@aio
+async def test_where_a_hedge_is_not_handed_back_the_standard_tier_answers_it_all(
+    stream: bool, fast_again: Reply, continuation: str, dispatch: dict[str, Any]
+) -> None:
+    rig = Rig(
+        by_tier(highspeed=[SLOW_FIRST, fast_again], standard=STD_LONG),
+        hedge_after=0.05,
+        continuation=continuation,
+        **dispatch,
+    )
+    text, tier, trail, _ = await _answer(rig, stream)
+    assert text == "Tea is a drink too." and tier == "standard"
+    assert trail.bridged is None and not trail.failures  # the bridge was only ever an option
+    await asyncio.sleep(0)
+    _closed_and_free(rig)
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "plain"])
+@aio
+async def test_a_handed_back_answer_that_loops_is_continued_on_the_standard_tier(
+    stream: bool,
+) -> None:
+    fast = [SLOW_FIRST, _fast(["is ", "a ", "drink. ", *LOOP], gap=0.001)]
+    std_rest = Reply(chunks=events(["More ", "about ", "tea."], prompt_tokens=30))
+    rig = Rig(
+        by_tier(highspeed=fast, standard=[STD_LONG, std_rest]),
+        hedge_after=0.05,
+        continuation="continue_final_message",
+    )
+    text, tier, trail, _ = await _answer(rig, stream)
+    assert tier == "standard" and [f.short() for f in trail.failures] == [
+        "highspeed:check_repetition"
+    ]
+    assert text.startswith("Tea is a drink") and text.endswith("More about tea.")
+    assert text.count("I will repeat") <= (2 if stream else 0)  # what the loop guard lets out
+    cont = rig.calls("standard")[1]  # the standard tier continues the whole text: its own too
+    assert cont["messages"][-1]["content"].startswith("Tea is a drink")
+    await asyncio.sleep(0)
+    _closed_and_free(rig)

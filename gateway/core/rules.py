@@ -325,9 +325,7 @@ class Rule(Route):
 
 
 class Dispatch(_Strict):
-    backoff_initial: float = Field(
-        default=0.02, ge=0, description="seconds before retrying the same tier"
-    )
+    backoff_initial: float = Field(default=0.02, ge=0, description="s before retrying a tier")
     backoff_max: float = Field(default=0.5, ge=0)
     backoff_jitter: float = Field(default=0.02, ge=0)
     same_tier_retries: int = Field(
@@ -337,6 +335,7 @@ class Dispatch(_Strict):
         default=0.1, ge=0, le=1, description="hedges may add at most this share of requests"
     )
     hedge_burst: float = Field(default=10.0, ge=1, description="hedges saved up for a burst")
+    bridge: bool = Field(default=True, description="hand a hedge won by the next tier back")
     reserve_floor: float = Field(
         default=2.0, ge=0, description="seconds of the deadline always kept for the next tier"
     )

@@ -26,6 +26,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import orjson
@@ -44,7 +45,7 @@ from gateway.dispatch.complete import Completer
 from gateway.dispatch.continuation import Continuer
 from gateway.dispatch.hedge import BothFailed, HedgeBudget, race
 from gateway.dispatch.opening import Opening, StreamOpener
-from gateway.dispatch.outcome import Failure, Outcome, Trail
+from gateway.dispatch.outcome import BridgePlan, Failure, Outcome, Trail
 from gateway.dispatch.relay import StreamRelay
 from gateway.errors import RateLimited, UpstreamFailed, UpstreamTimeout
 from gateway.ops.telemetry import Telemetry
@@ -115,6 +116,8 @@ class Dispatcher:
             tier, (body, usage) = await self._run(call, call.d.tiers, attempt, trail, hedge=True)
         finally:
             cont.drop_ahead()  # a candidate loop's continuation that no tier took
+        if trail.bridged is not None and trail.bridge is not None:
+            tier = trail.bridge.tier  # the hedge's second tier handed the answer back
         return Outcome(tier, body, trail, usage)
 
     async def stream(self, call: Call) -> StreamRelay:
@@ -188,6 +191,8 @@ class Dispatcher:
         second = self._how(call, tiers, tiers[1])
         assert first.first_token is not None
         delay = self._hedge_delay(call.d.hedge_after, tiers[0])
+        if self._cfg.bridge:  # the first tier's continuation gets the same delay to a token
+            second = replace(second, bridge=BridgePlan(tiers[0], delay, first.until))
         waits = (trail.upstream_s, trail.queue_s, time.perf_counter())
         try:
             won, fired, value = await race(
@@ -201,6 +206,8 @@ class Dispatcher:
             _overlapping_waits(trail, waits)
         if fired:
             trail.hedge = f"{tiers[1]} after {delay:.2g}s; {tiers[won]} won"
+            if won == 1:
+                trail.bridge = second.bridge
         return tiers[won], value
 
     async def _tier(self, tier: str, attempt: Attempt[T], how: Opening, trail: Trail) -> T:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -19,11 +20,12 @@ from gateway.checks.repetition import find_loop_start
 from gateway.checks.settings import RepetitionSettings
 from gateway.checks.text import TemplateLeakCheck
 from gateway.dispatch.assemble import assemble, assemble_state, outputs
+from gateway.dispatch.bridge import bridge
 from gateway.dispatch.call import Call
 from gateway.dispatch.continuation import Continuer, continuation_body
 from gateway.dispatch.loopguard import LoopGuard
 from gateway.dispatch.opening import Opening, StreamOpener, StreamStart, pull
-from gateway.dispatch.outcome import Salvage, Trail
+from gateway.dispatch.outcome import Failure, Salvage, Trail
 from gateway.dispatch.splice import merge_usage
 from gateway.ops.telemetry import Telemetry
 from gateway.upstream.pools import Pool
@@ -65,6 +67,10 @@ class Completer:
                 pool.continues = False  # it refuses assistant prefixes: start over there
                 trail.salvage = None
                 return await self.complete(call, pool, how, trail, cont)
+            if how.bridge is not None and cont is not None and salvage is None:
+                bridged = await self._bridged(call, pool, s, how, trail, cont)
+                if bridged is not None:
+                    return bridged
         answer = await self._read(call, s, how, trail, cont)
         live: StreamStart | None = s
         if salvage is not None:  # the whole text is judged: the live phase saw only a part
@@ -76,6 +82,34 @@ class Completer:
             if live is not None:
                 self._keep(call, live.pool.name, live.state, e, trail)
             raise
+        return orjson.dumps(answer), answer.get("usage")
+
+    async def _bridged(
+        self, call: Call, pool: Pool, s: StreamStart, how: Opening, trail: Trail, cont: Continuer
+    ) -> Answer | None:
+        """A hedge's second tier has its first token: the rest from the first tier, if its
+        continuation comes in time (:mod:`bridge`); when that fails later, this tier
+        continues what it left, as after any failure."""
+        assert how.bridge is not None
+        first_usage, tokens = s.state.usage, s.state.tokens_for(s.state.chars)
+        nxt = await bridge(cont, how.bridge, s, trail, keep_events=True)
+        if nxt is None:
+            return None
+        fast = replace(how, until=how.bridge.until, deliver=False, first_token=None, bridge=None)
+        try:
+            answer = await self._read(call, nxt, fast, trail, cont)
+            if isinstance(answer.get("usage"), dict):
+                answer["usage"] = merge_usage(first_usage, tokens, answer["usage"])
+            try:
+                self._judge(call, answer, fast, trail, nxt)
+            except AttemptError as e:
+                self._keep(call, nxt.pool.name, nxt.state, e, trail)
+                raise
+        except AttemptError as e:
+            trail.failures.append(Failure(nxt.pool.name, e.kind, e.detail, e.timeout))
+            trail.bridged = None
+            return await self.complete(call, pool, replace(how, bridge=None), trail, cont)
+        trail.continued = trail.bridged
         return orjson.dumps(answer), answer.get("usage")
 
     async def _read(

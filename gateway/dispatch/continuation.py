@@ -101,6 +101,14 @@ class Continuer:
         self.ahead: Ahead | None = None  # a continuation opened for a candidate loop
         self._aheads = 0
 
+    @property
+    def pools(self) -> Pools:
+        return self._pools
+
+    @property
+    def call(self) -> Call:
+        return self._call
+
     def possible(self, after: str) -> bool:
         if not self._call.can_be_continued():
             return False
@@ -158,8 +166,21 @@ class Continuer:
         """A stream from the tiers after ``after`` that continues the assistant ``prefix``
         (``keep_events``: for a non-streamed answer, to be assembled). Raises
         :class:`AttemptError` (never a client-error relay) when none can."""
+        tiers = self._call.d.tiers
+        return await self.open_on(
+            tiers[tiers.index(after) + 1 :], prefix, sent_tokens, trail, keep_events
+        )
+
+    async def open_on(
+        self,
+        tiers: tuple[str, ...],
+        prefix: str,
+        sent_tokens: int,
+        trail: Trail,
+        keep_events: bool = False,
+    ) -> tuple[str, StreamStart]:
+        """:meth:`open` on ``tiers``, in order."""
         call = self._call
-        tiers = call.d.tiers[call.d.tiers.index(after) + 1 :]
 
         async def attempt(tier: str, how: Opening) -> StreamStart:
             pool = self._pools[tier]

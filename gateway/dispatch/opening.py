@@ -16,7 +16,7 @@ from gateway.checks.base import CheckResult
 from gateway.dispatch.budget import MIN_ATTEMPT_S, LatencyBook
 from gateway.dispatch.call import Call
 from gateway.dispatch.live import LiveChecks
-from gateway.dispatch.outcome import Trail
+from gateway.dispatch.outcome import BridgePlan, Trail
 from gateway.dispatch.rate import RateGuard
 from gateway.ops.telemetry import Telemetry
 from gateway.upstream.pools import Pool, Replica
@@ -36,6 +36,7 @@ class Opening:
     stream: bool = True
     first_token: asyncio.Event | None = None  # set when the first token arrived (hedging)
     guard_rate: bool = False  # another tier can take over: a trickling stream fails
+    bridge: BridgePlan | None = None  # a hedge's second tier: it may hand back (bridge.py)
 
 
 @dataclass(slots=True)

@@ -29,6 +29,17 @@ class Salvage:
     usage: dict[str, Any] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class BridgePlan:
+    """A hedge's second tier may hand its answer back to the first (:mod:`bridge`): to
+    ``tier``, if that tier's continuation has a first token within ``wait`` seconds; its
+    answer must be over by ``until`` (monotonic), which leaves the second tier time."""
+
+    tier: str
+    wait: float
+    until: float
+
+
 @dataclass(slots=True)
 class Trail:
     """One request's way through the tiers: failures, time on engines, deliberate waits."""
@@ -42,6 +53,8 @@ class Trail:
     queue_s: float = 0.0  # waiting in the gateway's queue for a free slot (counts to deadline)
     salvage: Salvage | None = None  # a failed non-streamed attempt's good text, to continue
     continued: str | None = None  # "<tier>:<chars>": the answer continues that tier's text
+    bridge: BridgePlan | None = None  # a hedge's second tier is answering: it may hand back
+    bridged: str | None = None  # "<tier>:<chars>": a hedge's second tier handed back after
 
     @property
     def fallback_kind(self) -> str | None:

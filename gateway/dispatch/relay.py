@@ -24,14 +24,16 @@ from typing import Any, Protocol
 
 import orjson
 
+from gateway.dispatch.bridge import bridge
 from gateway.dispatch.call import Call
 from gateway.dispatch.continuation import Continuer
 from gateway.dispatch.loopguard import LoopGuard
 from gateway.dispatch.opening import StreamStart
 from gateway.dispatch.outcome import Failure, Trail, describe_fallback
+from gateway.dispatch.rate import RateGuard
 from gateway.dispatch.splice import DONE, Splice
 from gateway.errors import GatewayError, StreamBroken, error_body
-from gateway.headers import H_COST, H_FALLBACK
+from gateway.headers import H_CONTINUED, H_COST, H_FALLBACK
 from gateway.upstream.sse import StreamState, data_payloads
 from gateway.upstream.transport import AttemptError
 
@@ -99,6 +101,7 @@ class StreamRelay:
                 head = drop_usage(head)
             await sink.write(head)
             self._mark_sent(start.state)
+            start = await self._bridged(start, sink)
             try:
                 await self._pump(start, sink)
                 self._release(ok=True)
@@ -120,6 +123,28 @@ class StreamRelay:
         else:
             s.up.close()
         s.finish(ok)
+
+    async def _bridged(self, start: StreamStart, sink: Sink) -> StreamStart:
+        """A hedge's second tier sent the first token: the first tier's continuation of it,
+        relayed as this stream from here on, if it comes in time (:mod:`bridge`)."""
+        plan = self.trail.bridge
+        if plan is None or plan.tier == self.tier:
+            return start
+        nxt = await bridge(self._cont, plan, start, self.trail, keep_events=False)
+        if nxt is None:
+            return start
+        self.tier, self._active, self._last, self._pool = plan.tier, nxt, nxt.state, nxt.pool
+        if self._guard is not None:
+            self._guard = LoopGuard()
+        # dressed as the stream the client has (no prefix to strip: this tier repeats none)
+        self._splice = Splice(start.state, "", self.sent_tokens, self.call.wants_usage)
+        if self._can_continue():
+            nxt.rate = RateGuard.of(nxt.pool.tier.timeouts)
+        head = self._splice.rewrite(data_payloads(nxt.head))
+        if head:
+            await sink.write(head)
+        self._mark_sent(nxt.state)
+        return nxt
 
     # -- forwarding --------------------------------------------------------------------------
     async def _pump(self, s: StreamStart, sink: Sink) -> None:
@@ -298,6 +323,8 @@ class StreamRelay:
         fb = describe_fallback(self.trail.failures, self.tier)
         if fb:
             await sink.write(f": {H_FALLBACK} {fb}\n\n".encode("ascii", "replace"))
+        if self.trail.bridged:
+            await sink.write(f": {H_CONTINUED} {self.trail.bridged}\n\n".encode())
         await sink.write_eof()
 
 

@@ -401,6 +401,18 @@ class StreamState:
             events = self.tokens if chars >= self.chars else self.tokens * chars // self.chars
         return max(events, len(self.text()[:chars].split()))
 
+    def prepend(self, first: StreamState, chars: int, tokens: int) -> None:
+        """Begin this stream with ``first``'s first ``chars`` characters (``tokens``
+        tokens): a continuation that is relayed as if it were ``first`` itself, whose text
+        the client saw in front of this one's. Its identity (id, model, created) is
+        ``first``'s too, as the client saw it."""
+        self.parts.insert(0, first.text()[:chars])
+        self.chars += chars
+        self.tokens += tokens
+        self.emitted += tokens
+        self.id, self.model, self.created = first.id, first.model, first.created
+        self.first = first.first
+
     def text(self) -> str:
         if len(self.parts) > 1:
             self.parts = ["".join(self.parts)]
