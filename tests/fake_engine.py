@@ -9,7 +9,8 @@ directives inside any message (or the prompt)::
     [[highspeed: loop; chunks=40]]       looping text, streamed in 40 chunks
 
 Directives: text=..., loop, leak, empty, length, big=N (one N-character word), malformed,
-status=N, delay=S (before the answer / the first chunk), hang, json=<raw JSON text>,
+status=N, delay=S (before the answer / the first chunk; fresh_delay=S: only when the
+request does not continue an assistant prefix), hang, json=<raw JSON text>,
 tool=<name>, args=<json>, first_error (the first SSE event is an error), cut_after=N,
 stall_after=N, chunks=N
 (the text is split into N pieces; per=K: K words a piece instead), gap=S (between
@@ -158,6 +159,9 @@ class Engine:
         d = directives(body, self.name)
         if "delay" in d:
             await asyncio.sleep(float(d["delay"]))
+        msgs = body.get("messages") or [{}]
+        if "fresh_delay" in d and msgs[-1].get("role") != "assistant":
+            await asyncio.sleep(float(d["fresh_delay"]))
         if "hang" in d:
             await asyncio.sleep(3600)
         if "status" in d:

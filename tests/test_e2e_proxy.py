@@ -532,6 +532,46 @@ def test_time_budgets_end_to_end(
         proc.stop()
 
 
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "plain"])
+def test_a_hedge_the_standard_tier_won_is_handed_back_end_to_end(
+    engines: dict[str, str], tmp_path_factory: pytest.TempPathFactory, stream: bool
+) -> None:
+    """The fast tier's first request is slow to a token; the standard tier's first token
+    goes out, the fast tier continues it (an SGLang-style continuation), the standard
+    tier's stream is closed. The openai SDK sees one ordinary answer."""
+    rules = rules_for_tests(ttft=2.0, total=10.0, stall=2.0)
+    rules["default"]["hedge_after"] = 0.2
+    rules["tiers"]["highspeed"]["continuation"] = "continue_final_message"
+    proc, url = start_gateway(tmp_path_factory.mktemp("gw"), rules, engines)
+    text = "Tea is a fine drink for the cold days of the year"
+    prompt = f"q [[*: text={text}; per=1; gap=0.05]] [[highspeed: fresh_delay=3]]"
+    try:
+        reset(engines)
+        c = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=20)
+        t0 = time.monotonic()
+        if stream:
+            with c.chat.completions.with_streaming_response.create(
+                model="auto", messages=[{"role": "user", "content": prompt}], stream=True
+            ) as r:
+                headers, chunks = r.headers, list(r.parse())
+            got = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+            assert len({ch.id for ch in chunks}) == 1
+        else:
+            headers, resp = chat(c, prompt)
+            got = resp.choices[0].message.content
+            assert headers["x-gateway-tier"] == "highspeed"
+            assert headers["x-gateway-continued"] == "standard:4"
+        assert time.monotonic() - t0 < 2.0  # not the fast tier's 3 s, not the standard's 0.55
+        assert got == text and headers["x-gateway-hedge"].startswith("standard after 0.2s")
+        fast = engine_requests(engines["highspeed"])
+        assert len(fast) == 2 and fast[1]["continue_final_message"] is True
+        assert fast[1]["messages"][-1] == {"role": "assistant", "content": "Tea "}
+        time.sleep(0.2)
+        assert _cancelled(engines["standard"]) >= 1  # its generation was stopped
+    finally:
+        proc.stop()
+
+
 def _cancelled(base: str) -> int:
     with urllib.request.urlopen(f"{base}/_cancelled", timeout=5) as r:
         return int(json.loads(r.read())["cancelled"])
