@@ -197,10 +197,9 @@ def _slowest(samples: list[Any], cells: dict[str, Any], n: int = 3) -> list[str]
             for s in mine[:n]:
                 why = "; ".join(f"{k.removeprefix('x-gateway-')}: {v}" for k, v in s.why.items())
                 ttft = f"{s.ttft_s * 1000:,.0f}" if s.ttft_s is not None else "-"
-                rows.append(
-                    [key, target, str(s.index), f"{s.latency_s * 1000:,.0f}", ttft, str(s.tokens)]
-                    + [s.tier or "-", why or "-"]
-                )
+                lat = f"{s.latency_s * 1000:,.0f}"
+                rows.append([key, target, str(s.index), lat, ttft, str(s.tokens), s.tier or "-"])
+                rows[-1].append(why or "-")
     if not rows:
         return []
     head = ["cell", "target", "prompt", "latency ms", "TTFT ms", "tokens", "tier", "why"]

@@ -993,6 +993,33 @@ async def test_where_a_hedge_is_not_handed_back_the_standard_tier_answers_it_all
     _closed_and_free(rig)
 
 
+@pytest.mark.parametrize(
+    ("body", "continuation", "possible"),
+    [
+        ({}, "continue_final_message", True),
+        ({}, "continue_final_message_no_gen", True),
+        ({}, "prefill", False),  # it repeats the prefix in front of its answer
+        ({}, "off", False),
+        ({"n": 2}, "continue_final_message", False),
+        ({"response_format": {"type": "json_object"}}, "continue_final_message", False),
+        (
+            {"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]},
+            "continue_final_message",
+            False,
+        ),
+    ],
+)
+def test_where_a_hedge_can_be_handed_back(
+    body: dict[str, Any], continuation: str, possible: bool
+) -> None:
+    from gateway.dispatch.bridge import possible as bridge_possible
+    from gateway.dispatch.outcome import BridgePlan
+
+    rig = Rig(by_tier(highspeed=OK_FAST, standard=OK_STD), continuation=continuation)
+    plan = BridgePlan("highspeed", 0.05, time.monotonic() + 5)
+    assert bridge_possible(rig.call(**body), rig.pools, plan) is possible
+
+
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "plain"])
 @aio
 async def test_a_handed_back_answer_that_loops_is_continued_on_the_standard_tier(

@@ -15,8 +15,8 @@ not lost).
 
 Only where the fast tier continues without repeating the text it was given in front of
 its answer (``continuation: continue_final_message*``: SGLang, vLLM), only for a plain
-text answer (not tool calls, not ``n > 1``), and only once per request. ``dispatch.bridge:
-false`` turns it off.
+text answer (not JSON mode, tools or ``n > 1``), and only once per request; the standard
+stream is held at most :data:`WAIT_MAX_S`. ``dispatch.bridge: false`` turns it off.
 """
 
 from __future__ import annotations
@@ -34,13 +34,19 @@ from gateway.upstream.pools import Pools
 from gateway.upstream.transport import AttemptError
 
 log = logging.getLogger("gateway.dispatch")
+# The longest the standard stream is held for the continuation's first token, whatever the
+# hedge delay (up to 2 s): the standard engine goes on generating meanwhile (its events
+# wait in the socket), so a continuation that never comes costs a pause, not latency.
+WAIT_MAX_S = 0.25
 
 
 def possible(call: Call, pools: Pools, plan: BridgePlan) -> bool:
-    """Whether ``plan``'s tier could take over this call's answer at all."""
-    pool = pools[plan.tier]
+    """Whether ``plan``'s tier could take over this call's answer at all: not where the
+    answer is structured (JSON mode, a schema, tools: a grammar starts from the start)."""
+    pool, facts = pools[plan.tier], call.req.facts
     return (
         call.can_be_continued()
+        and not (facts.json_mode or facts.tools or facts.other_tools)
         and pool.tier.continuation.startswith("continue_final_message")
         and pool.continues
         and not call.native(pool)
@@ -60,11 +66,12 @@ async def bridge(
     prefix = state.text()
     if state.done or not (state.plain and state.resumable) or not prefix.strip():
         return None
-    if not possible(call, cont.pools, plan) or time.monotonic() + plan.wait >= call.deadline_at:
+    wait = min(plan.wait, WAIT_MAX_S)
+    if not possible(call, cont.pools, plan) or time.monotonic() + wait >= call.deadline_at:
         return None
     own = Trail()  # its failures are not the answer's: it was only ever an option
     try:
-        async with asyncio.timeout(plan.wait):
+        async with asyncio.timeout(wait):
             _, nxt = await cont.open_on((plan.tier,), prefix, tokens, own, keep_events)
     except (TimeoutError, AttemptError, GatewayError) as e:
         log.debug("bridge to %s: none (%s)", plan.tier, type(e).__name__)
