@@ -76,13 +76,19 @@ class Completer:
         if salvage is not None:  # the whole text is judged: the live phase saw only a part
             answer, live = _joined(call, answer, salvage), None
             trail.continued, trail.salvage = f"{salvage.tier}:{len(salvage.prefix)}", None
-        try:
-            self._judge(call, answer, how, trail, live)
-        except AttemptError as e:
-            if live is not None:
-                self._keep(call, live.pool.name, live.state, e, trail)
-            raise
+        self._judged(call, answer, how, trail, live)
         return orjson.dumps(answer), answer.get("usage")
+
+    def _judged(
+        self, call: Call, answer: dict[str, Any], how: Opening, trail: Trail, s: StreamStart | None
+    ) -> None:
+        """:meth:`_judge`; a failure leaves the next tier what of ``s``'s text it can use."""
+        try:
+            self._judge(call, answer, how, trail, s)
+        except AttemptError as e:
+            if s is not None:
+                self._keep(call, s.pool.name, s.state, e, trail)
+            raise
 
     async def _bridged(
         self, call: Call, pool: Pool, s: StreamStart, how: Opening, trail: Trail, cont: Continuer
@@ -100,11 +106,7 @@ class Completer:
             answer = await self._read(call, nxt, fast, trail, cont)
             if isinstance(answer.get("usage"), dict):
                 answer["usage"] = merge_usage(first_usage, tokens, answer["usage"])
-            try:
-                self._judge(call, answer, fast, trail, nxt)
-            except AttemptError as e:
-                self._keep(call, nxt.pool.name, nxt.state, e, trail)
-                raise
+            self._judged(call, answer, fast, trail, nxt)
         except AttemptError as e:
             trail.failures.append(Failure(nxt.pool.name, e.kind, e.detail, e.timeout))
             trail.bridged = None

@@ -133,18 +133,24 @@ class StreamRelay:
         nxt = await bridge(self._cont, plan, start, self.trail, keep_events=False)
         if nxt is None:
             return start
-        self.tier, self._active, self._last, self._pool = plan.tier, nxt, nxt.state, nxt.pool
-        if self._guard is not None:
-            self._guard = LoopGuard()
-        # dressed as the stream the client has (no prefix to strip: this tier repeats none)
-        self._splice = Splice(start.state, "", self.sent_tokens, self.call.wants_usage)
+        self.tier = plan.tier
         if self._can_continue():
             nxt.rate = RateGuard.of(nxt.pool.tier.timeouts)
+        # its state begins with the text sent, and this tier repeats no prefix: none to strip
+        await self._switch(sink, nxt, start.state, "")
+        self._mark_sent(nxt.state)
+        return nxt
+
+    async def _switch(self, sink: Sink, nxt: StreamStart, first: StreamState, echo: str) -> None:
+        """Relay ``nxt`` from here on, dressed as ``first`` (the stream the client has);
+        ``echo``: the prefix ``nxt``'s engine may repeat in front of its text."""
+        self._active, self._last, self._pool = nxt, nxt.state, nxt.pool
+        if self._guard is not None:
+            self._guard = LoopGuard()  # the new stream's own text
+        self._splice = Splice(first, echo, self.sent_tokens, self.call.wants_usage)
         head = self._splice.rewrite(data_payloads(nxt.head))
         if head:
             await sink.write(head)
-        self._mark_sent(nxt.state)
-        return nxt
 
     # -- forwarding --------------------------------------------------------------------------
     async def _pump(self, s: StreamStart, sink: Sink) -> None:
@@ -275,13 +281,7 @@ class StreamRelay:
                 sink, f"The stream broke off: {why}; continuing it on another tier failed too."
             )
             return
-        self._active, self._last, self._pool = nxt, nxt.state, nxt.pool
-        if self._guard is not None:
-            self._guard = LoopGuard()  # the continuation's own text
-        self._splice = Splice(state, prefix, self.sent_tokens, self.call.wants_usage)
-        head = self._splice.rewrite(data_payloads(nxt.head))
-        if head:
-            await sink.write(head)
+        await self._switch(sink, nxt, state, prefix)
         try:
             await self._pump(nxt, sink)
             self._release(ok=True)
