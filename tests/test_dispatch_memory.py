@@ -1042,3 +1042,33 @@ async def test_a_handed_back_answer_that_loops_is_continued_on_the_standard_tier
     assert cont["messages"][-1]["content"].startswith("Tea is a drink")
     await asyncio.sleep(0)
     _closed_and_free(rig)
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "plain"])
+@aio
+async def test_a_client_leaving_while_a_hedge_is_handed_back_frees_every_slot(
+    stream: bool,
+) -> None:
+    fast = [Reply(chunks=events(["Late."]), delay=2.0), _fast(["is ", "fine."], delay=1.0)]
+    rig = Rig(
+        by_tier(highspeed=fast, standard=STD_LONG),
+        hedge_after=0.2,
+        continuation="continue_final_message",
+    )
+
+    async def ask() -> None:
+        if stream:
+            await _relay(rig)
+        else:
+            await rig.dispatcher.complete(rig.call())
+
+    task = asyncio.ensure_future(ask())
+    await asyncio.sleep(0.34)  # the hedge at 0.2 s, its first token; the hand-back waits
+    assert len(rig.calls("highspeed")) == 2 and not task.done()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.sleep(0)
+    for tier, t in rig.transports.by_tier.items():
+        assert len(t.streams) == len(rig.calls(tier)) and all(s.closed for s in t.streams), tier
+        assert rig.pools[tier].replicas[0].in_flight == 0, tier

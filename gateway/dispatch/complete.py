@@ -98,7 +98,11 @@ class Completer:
         continues what it left, as after any failure."""
         assert how.bridge is not None
         first_usage, tokens = s.state.usage, s.state.tokens_for(s.state.chars)
-        nxt = await bridge(cont, how.bridge, s, trail, keep_events=True)
+        try:
+            nxt = await bridge(cont, how.bridge, s, trail, keep_events=True)
+        except BaseException:  # the client left while it waited: this stream too
+            s.discard()
+            raise
         if nxt is None:
             return None
         fast = replace(how, until=how.bridge.until, deliver=False, first_token=None, bridge=None)
