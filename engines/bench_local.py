@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 from engines.local import (
     MODEL_ALIAS,
-    _default_threads,
+    configured_threads,
     start_local_engine,
     stop_local_engine,
     wait_ready,
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
             json.dumps(
                 {
                     "tier": args.tier,
-                    "threads": args.threads or _default_threads(),
+                    "threads": args.threads or configured_threads(),
                     "busy": args.busy,
                     "startup_s": round(startup, 2),
                     "rss_mib_idle": round(rss_mib(proc.pid), 1),

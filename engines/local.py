@@ -212,7 +212,8 @@ def default_threads(cpus: int) -> int:
     return max(1, (cpus - 1) // 2)
 
 
-def _default_threads() -> int:
+def configured_threads() -> int:
+    """Threads per server here: ``LOCAL_LLM_THREADS``, else :func:`default_threads`."""
     env = os.environ.get("LOCAL_LLM_THREADS")
     if env:
         return max(1, int(env))
@@ -231,7 +232,7 @@ def server_argv(
         settings = LOCAL_TIERS[tier]
     except KeyError:
         raise ValueError(f"unknown tier {tier!r}; expected one of {sorted(LOCAL_TIERS)}") from None
-    n_threads = threads or _default_threads()
+    n_threads = threads or configured_threads()
     return [
         *find_server(),
         "--model",

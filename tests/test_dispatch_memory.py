@@ -1072,3 +1072,29 @@ async def test_a_client_leaving_while_a_hedge_is_handed_back_frees_every_slot(
     for tier, t in rig.transports.by_tier.items():
         assert len(t.streams) == len(rig.calls(tier)) and all(s.closed for s in t.streams), tier
         assert rig.pools[tier].replicas[0].in_flight == 0, tier
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "plain"])
+@aio
+async def test_a_handed_back_answer_that_trickles_is_continued_on_the_standard_tier(
+    stream: bool,
+) -> None:
+    """The minimum rate guards a hand-back like the fast tier's first attempt: the
+    standard tier is still after it."""
+    late = Reply(chunks=events(["Late."]), delay=3.0)  # not done before the trickle is seen
+    fast = [late, _fast(WORDS, gap=0.05)]  # ~20 tokens/s for 2 s
+    std_rest = Reply(chunks=events(["More ", "about ", "tea."], prompt_tokens=30))
+    rig = Rig(
+        by_tier(highspeed=fast, standard=[STD_LONG, std_rest]),
+        hedge_after=0.15,  # the trickle's first token (0.1 s) comes within it
+        rate=(40.0, 0.25),
+        continuation="continue_final_message",
+    )
+    t0 = time.monotonic()
+    text, tier, trail, _ = await _answer(rig, stream)
+    assert time.monotonic() - t0 < 1.5  # not the 2 s the trickle takes
+    # (non-streamed, the first attempt's own first-token timeout comes before it)
+    assert tier == "standard" and trail.failures[-1].short() == "highspeed:too_slow"
+    assert text.startswith("Tea word0 ") and text.endswith("More about tea.")
+    await asyncio.sleep(0)
+    _closed_and_free(rig)

@@ -561,7 +561,7 @@ def test_a_hedge_the_standard_tier_won_is_handed_back_end_to_end(
             got = resp.choices[0].message.content
             assert headers["x-gateway-tier"] == "highspeed"
             assert headers["x-gateway-continued"] == "standard:4"
-        assert time.monotonic() - t0 < 2.0  # not the fast tier's 3 s, not the standard's 0.55
+        assert time.monotonic() - t0 < 2.0  # not the fast tier's 3 s
         assert got == text and headers["x-gateway-hedge"].startswith("standard after 0.2s")
         fast = engine_requests(engines["highspeed"])
         assert len(fast) == 2 and fast[1]["continue_final_message"] is True

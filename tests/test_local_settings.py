@@ -26,4 +26,4 @@ def test_the_thread_count_can_be_set(
         threads = 3
     else:
         monkeypatch.setenv("LOCAL_LLM_THREADS", env)
-    assert local._default_threads() == threads
+    assert local.configured_threads() == threads

