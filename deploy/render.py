@@ -29,7 +29,7 @@ import yaml
 
 from deploy import generator_main
 from engines.sglang import LAUNCH_PREFIX, Profile, load_profile, render_argv
-from gateway.core.rules import parse_rules
+from gateway.rules.schema import parse_rules
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES_FILE = ROOT / "routing_rules.yaml"

@@ -32,8 +32,8 @@ from typing import Any
 
 from evals import report_util as ru
 from gateway.checks.base import CHECK_NAMES, Check, Output, RequestFacts
+from gateway.checks.config import CheckSettings
 from gateway.checks.registry import build_checks
-from gateway.checks.settings import CheckSettings
 
 DATA = Path(__file__).resolve().parent / "data" / "checks_labelled.jsonl"
 

@@ -1,9 +1,9 @@
 """``python -m evals classify``: the task classifier on its held-out split, and its training.
 
     python -m evals classify [--rules FILE] [--out DIR] [--strict]
-    python -m evals classify --train [--seed 14] [--model gateway/core/textmodel.json]
+    python -m evals classify --train [--seed 14] [--model gateway/routing/textmodel.json]
 
-Evaluation runs the gateway's own :class:`~gateway.core.classify.Classifier` (headers,
+Evaluation runs the gateway's own :class:`~gateway.routing.classify.Classifier` (headers,
 shape, the rules' cues, then the model) on request bodies built from
 ``evals/data/classify_set.jsonl`` (the ``test`` split: templates never trained on) and
 ``evals/data/classify_natural.jsonl`` (prompts written the way people write them), and
@@ -38,10 +38,10 @@ from evals.report_util import (
     shown_path,
     write_outputs,
 )
-from gateway.core.classify import Classifier
-from gateway.core.request import ClientRequest, parse_chat
-from gateway.core.rules import load_rules
-from gateway.core.textmodel import MODEL_PATH, FeatureSpec
+from gateway.request.model import ClientRequest, parse_chat
+from gateway.routing.classify import Classifier
+from gateway.routing.textmodel import MODEL_PATH, FeatureSpec
+from gateway.rules.schema import load_rules
 from gateway.settings import REPO_RULES
 
 DATA = Path(__file__).with_name("data")

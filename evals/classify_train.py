@@ -2,7 +2,7 @@
 
 Multinomial logistic regression with L2, full-batch gradient descent (Adam) on the
 ``train`` rows of ``evals/data/classify_set.jsonl`` only, over the exact features the
-gateway computes at run time (:func:`gateway.core.textmodel.features`). numpy is used
+gateway computes at run time (:func:`gateway.routing.textmodel.features`). numpy is used
 here, at training time only; the gateway reads the weights in pure Python. The run is
 deterministic: weights start at zero, the data order is fixed by ``--seed``.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from gateway.core.textmodel import FeatureSpec, TextModel
+from gateway.routing.textmodel import FeatureSpec, TextModel
 
 LABELS = ("chat", "code", "extraction", "reasoning", "summarization")
 

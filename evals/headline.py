@@ -48,8 +48,8 @@ from evals.bench.procs import Service, log
 from evals.bench.proxy import wait_ready
 from evals.headline_report import report
 from evals.report_util import default_out
+from gateway.checks.config import RepetitionSettings
 from gateway.checks.repetition import find_loop_start
-from gateway.checks.settings import RepetitionSettings
 from gateway.settings import REPO_RULES
 
 DEFAULT_FAULTS = "loop=0.05,slow_ttft=0.03,hang=0.01,cut=0.01,leak=0.01"
@@ -116,7 +116,7 @@ def start_engines(run: Run, out: Path) -> dict[str, str]:
     a = run.args
     urls: dict[str, str] = {}
     if a.engines == "local":
-        from gateway.ops.local import LocalEngines
+        from engines.launcher import LocalEngines
 
         engines = LocalEngines(out)
         ports = {"highspeed": free_port(), "standard": free_port()}

@@ -44,7 +44,7 @@ from evals.report_util import (
     write_outputs,
 )
 from evals.speed import Target, parse_target
-from gateway.ops.shadow import token_f1
+from gateway.dispatch.shadow import token_f1
 
 DATA = Path(__file__).with_name("data") / "quality_set.jsonl"
 DEFAULT_TARGETS = [

@@ -43,8 +43,8 @@ from aiohttp import web
 from engines.sim import SimConfig, SimServer
 from evals.bench.common import percentile
 from evals.report_util import ROOT, md_table, shown_path
-from gateway.core.request import parse_chat
-from gateway.core.rules import Tier
+from gateway.request.model import parse_chat
+from gateway.rules.schema import Tier
 from gateway.upstream.pools import Pool, Replica
 from gateway.upstream.scheduler import Gate, Ticket
 

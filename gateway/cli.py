@@ -18,10 +18,10 @@ from pathlib import Path
 
 import orjson
 
-from gateway.core.explain import explain
-from gateway.core.rules import Rules, RulesError, load_rules
+from engines.launcher import LocalEngines, installed, plan
 from gateway.errors import GatewayError
-from gateway.ops.local import LocalEngines, installed, plan
+from gateway.routing.explain import explain
+from gateway.rules.schema import Rules, RulesError, load_rules
 from gateway.settings import REPO_RULES, Settings, load_settings
 from gateway.tenancy.tenants import Effective
 
@@ -49,7 +49,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ValueError as e:  # pydantic's ValidationError is a ValueError
         print(f"error: bad settings: {e}", file=sys.stderr)
         return 2
-    from gateway.ops.telemetry import setup_logging
+    from gateway.telemetry.recorder import setup_logging
 
     setup_logging(settings.log_level, settings.access_log)
     path = settings.rules_path()
@@ -81,8 +81,8 @@ def _supervise(settings: Settings, path: Path) -> int:
 def _serve_one(settings: Settings, rules: Rules, path: Path, self_check: bool) -> int:
     from aiohttp import web
 
+    from engines.launcher import self_check_hook
     from gateway.admin.server import AdminListenError
-    from gateway.ops.local import self_check_hook
     from gateway.serve import build_app
 
     app = build_app(settings, rules, path, path.read_text(encoding="utf-8"), _say)

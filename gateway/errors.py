@@ -27,6 +27,10 @@ Every error a client can see is a ``GatewayError``; the api layer turns it into
         ├── UpstreamTimeout       504 upstream_error / upstream_timeout (last: timeout)
         └── StreamBroken          (an SSE error event) upstream_error / stream_broken
 
+Beside the tree, one internal signal that never reaches a client as itself:
+:class:`StoreUnavailable` (the store could not be reached, refused the command, or
+answered too slowly); each caller turns it into its documented degraded mode or a 503.
+
 Upstream 4xx answers other than 408/429 are the client's fault and are relayed as
 they are, not wrapped.
 """
@@ -34,6 +38,10 @@ they are, not wrapped.
 from __future__ import annotations
 
 import orjson
+
+
+class StoreUnavailable(Exception):
+    """The store could not be reached, refused the command, or answered too slowly."""
 
 
 class GatewayError(Exception):

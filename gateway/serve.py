@@ -16,7 +16,7 @@ from aiohttp import web
 
 from gateway.admin.app import create_admin_app
 from gateway.admin.server import AdminServer, bind
-from gateway.core.rules import Rules
+from gateway.rules.schema import Rules
 from gateway.server.app import GATEWAY, AppSource, create_app
 from gateway.settings import Settings
 

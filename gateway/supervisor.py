@@ -8,7 +8,7 @@ worker stops accepting, finishes its in-flight requests and streams for up to
 ``GATEWAY_DRAIN_SECONDS``, then exits; stragglers are killed a little later.
 
 Limits and tenants must be shared, so N > 1 needs Redis (``GATEWAY_REDIS_URL``).
-``/metrics`` on any worker reports every worker (:mod:`gateway.ops.metrics_merge`).
+``/metrics`` on any worker reports every worker (:mod:`gateway.telemetry.merge`).
 """
 
 from __future__ import annotations

@@ -189,7 +189,7 @@ REDIS = "redis://127.0.0.1:6379/0"
 @pytest.fixture(scope="module")
 def prefix() -> Iterator[str]:
     """A Redis key prefix of the test module's own, emptied afterwards."""
-    from gateway.tenancy.redis_store import RedisStore
+    from gateway.store.redis_store import RedisStore
 
     p = f"gwtest:{uuid.uuid4().hex[:8]}:"
     yield p

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from gateway.core.rules import Tier
+from gateway.rules.schema import Tier
 from gateway.upstream.transport import AttemptError, Timeouts, UpstreamStream, status_error
 
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
+from gateway.store.base import Used
+from gateway.store.memory_store import MemoryStore
+from gateway.store.redis_store import RedisStore
 from gateway.tenancy.limits import LocalLimiter, Reserve, budget_period
-from gateway.tenancy.memory_store import MemoryStore
-from gateway.tenancy.redis_store import RedisStore
-from gateway.tenancy.store import Used
 from gateway.tenancy.tenants import CostBudget, Policy, TokenBudget
 from tests.conftest import Proc, rules_for_tests, start_gateway
 from tests.test_tenancy import REDIS, new_tenant, tenancy_env, until

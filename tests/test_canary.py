@@ -16,12 +16,12 @@ import orjson
 import pytest
 import yaml
 
-from gateway.core.classify import Classifier
-from gateway.core.explain import explain
-from gateway.core.request import parse_chat
-from gateway.core.router import Router
-from gateway.core.rules import Rules, RulesError, parse_rules
-from gateway.tenancy.redis_store import RedisStore
+from gateway.request.model import parse_chat
+from gateway.routing.classify import Classifier
+from gateway.routing.explain import explain
+from gateway.routing.router import Router
+from gateway.rules.schema import Rules, RulesError, parse_rules
+from gateway.store.redis_store import RedisStore
 from gateway.tenancy.tenants import Effective, Policy
 from tests.conftest import Proc, rules_for_tests, start_gateway
 from tests.test_tenancy import REDIS, call, chat, new_tenant, tenancy_env, until

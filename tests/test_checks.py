@@ -20,15 +20,15 @@ from gateway.checks.base import (
     RequestFacts,
     run_checks,
 )
-from gateway.checks.registry import build_checks
-from gateway.checks.repetition import RepetitionCheck, find_loop_start
-from gateway.checks.settings import (
+from gateway.checks.config import (
     DEFAULT_TEMPLATE_TOKENS,
     CheckSettings,
     RefusalSettings,
     RepetitionSettings,
     TemplateLeakSettings,
 )
+from gateway.checks.registry import build_checks
+from gateway.checks.repetition import RepetitionCheck, find_loop_start
 from gateway.checks.structured import (
     JsonParseMemo,
     JsonSchemaCheck,
@@ -838,7 +838,7 @@ def test_a_numbered_loop_starts_where_its_copies_do() -> None:
     ],
 )
 def test_where_a_template_leak_begins(text: str, at: int | None) -> None:
-    from gateway.checks.settings import TemplateLeakSettings
+    from gateway.checks.config import TemplateLeakSettings
     from gateway.checks.text import TemplateLeakCheck
 
     assert TemplateLeakCheck(TemplateLeakSettings()).first_at(text) == at

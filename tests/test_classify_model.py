@@ -14,12 +14,12 @@ import openai
 import pytest
 
 from evals.classify import CORPUS, NATURAL, load
-from gateway.core.classify import Classifier
-from gateway.core.explain import explain
-from gateway.core.request import parse_chat
-from gateway.core.router import Router
-from gateway.core.rules import Rules, RulesError, load_rules, parse_rules
-from gateway.core.textmodel import MODEL_PATH, FeatureSpec, TextModel
+from gateway.request.model import parse_chat
+from gateway.routing.classify import Classifier
+from gateway.routing.explain import explain
+from gateway.routing.router import Router
+from gateway.routing.textmodel import MODEL_PATH, FeatureSpec, TextModel
+from gateway.rules.schema import Rules, RulesError, load_rules, parse_rules
 from tests.conftest import rules_for_tests, start_gateway
 
 ROOT = Path(__file__).resolve().parent.parent

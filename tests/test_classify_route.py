@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway.core.classify import Classifier
-from gateway.core.request import parse_chat, parse_completion
-from gateway.core.router import Router
-from gateway.core.rules import Rules, RulesError, load_rules, parse_rules
 from gateway.errors import InvalidField, ModelNotFound
+from gateway.request.model import parse_chat, parse_completion
+from gateway.routing.classify import Classifier
+from gateway.routing.router import Router
+from gateway.rules.schema import Rules, RulesError, load_rules, parse_rules
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = load_rules(ROOT / "routing_rules.yaml")

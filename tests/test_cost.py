@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from gateway.core.rules import Tier
+from gateway.rules.schema import Tier
+from gateway.store.redis_store import RedisStore
 from gateway.tenancy.limits import LocalLimiter
-from gateway.tenancy.redis_store import RedisStore
 from gateway.tenancy.tenants import CostBudget, Policy
 from gateway.upstream.pools import Pool
 from tests.conftest import Proc, rules_for_tests, start_gateway

@@ -20,8 +20,8 @@ import yaml
 from deploy import render as rd
 from deploy.grafana import build_dashboard as bd
 from engines.sglang import load_profile, render_argv
-from gateway.core.rules import load_rules, parse_rules
-from gateway.ops import telemetry as tm
+from gateway.rules.schema import load_rules, parse_rules
+from gateway.telemetry import recorder as tm
 
 K8S = rd.OUT_DIR
 DASHBOARD = bd.OUT_DIR / bd.FILE_NAME

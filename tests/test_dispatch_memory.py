@@ -15,14 +15,14 @@ import pytest
 import yaml
 
 from gateway.checks.registry import build_checks
-from gateway.core.classify import Classifier
-from gateway.core.request import parse_chat
-from gateway.core.router import Router
-from gateway.core.rules import Rules
 from gateway.dispatch.attempts import Dispatcher
 from gateway.dispatch.call import Call
 from gateway.errors import UpstreamFailed
-from gateway.ops.telemetry import Telemetry
+from gateway.request.model import parse_chat
+from gateway.routing.classify import Classifier
+from gateway.routing.router import Router
+from gateway.rules.schema import Rules
+from gateway.telemetry.recorder import Telemetry
 from gateway.tenancy.tenants import OPEN
 from gateway.upstream.pools import Pools
 from gateway.upstream.transport import AttemptError
@@ -621,8 +621,8 @@ def test_what_the_live_phase_passed_on_the_whole_text(
 ) -> None:
     """The final check of a non-streamed answer skips only what the live phase settled."""
     from gateway.checks.base import RequestFacts
+    from gateway.checks.config import CheckSettings
     from gateway.checks.registry import build_checks as build
-    from gateway.checks.settings import CheckSettings
     from gateway.dispatch.live import LiveChecks
     from gateway.upstream.sse import StreamState
 

@@ -15,10 +15,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway.tenancy.access import Access
-from gateway.tenancy.memory_store import MemoryStore
-from gateway.tenancy.redis_store import RedisStore
-from gateway.tenancy.store import StoreUnavailable
+from gateway.access.guard import Access
+from gateway.errors import StoreUnavailable
+from gateway.store.memory_store import MemoryStore
+from gateway.store.redis_store import RedisStore
 from gateway.tenancy.tenants import Effective, Policy
 from tests.conftest import Proc, rules_for_tests, start_gateway
 from tests.test_tenancy import REDIS, new_tenant, tenancy_env

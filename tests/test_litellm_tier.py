@@ -23,7 +23,7 @@ import openai
 import pytest
 import yaml
 
-from gateway.core.rules import RulesError, parse_rules
+from gateway.rules.schema import RulesError, parse_rules
 from tests.conftest import ROOT, Proc, free_port, rules_for_tests
 from tests.test_streams import ANSWER, content, sse
 
@@ -372,7 +372,7 @@ def test_hosted_tier_rules_defaults_and_errors() -> None:
 def test_litellm_is_imported_only_when_a_tier_uses_it(tmp_path: Path) -> None:
     code = (
         "import sys, asyncio\n"
-        "from gateway.core.rules import load_rules\n"
+        "from gateway.rules.schema import load_rules\n"
         "from gateway.upstream.pools import Pools\n"
         "from gateway.server import app, completions\n"
         f"rules = load_rules(__import__('pathlib').Path({str(ROOT / 'routing_rules.yaml')!r}))\n"

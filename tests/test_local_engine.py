@@ -18,7 +18,7 @@ from typing import Any
 import openai
 import pytest
 
-from gateway.ops.local import installed
+from engines.launcher import installed
 from tests.conftest import Proc, free_port
 
 ROOT = Path(__file__).resolve().parent.parent

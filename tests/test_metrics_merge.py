@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.ops.metrics_merge import merge
+from gateway.telemetry.merge import merge
 
 W0 = b"""# HELP req_total Requests
 # TYPE req_total counter

@@ -8,8 +8,8 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.core.responses_format import to_chat, to_response
 from gateway.errors import InvalidField
+from gateway.server.responses_format import to_chat, to_response
 from gateway.server.responses_stream import ResponsesSink
 from gateway.settings import load_settings
 from gateway.upstream.discovery import ModelBook, model_ids

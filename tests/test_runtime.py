@@ -21,7 +21,7 @@ import orjson
 import yaml
 from aiohttp import web
 
-from gateway.core.rules import Rules, Tier
+from gateway.rules.schema import Rules, Tier
 from gateway.server.app import AppSource, create_app
 from gateway.settings import load_settings
 from gateway.upstream.transport import Timeouts, UpstreamStream
@@ -157,7 +157,7 @@ def test_content_encodings(gateway: str) -> None:
 def test_a_rules_swap_keeps_the_queue_of_unchanged_engines() -> None:
     """Requests still running on the old pools hold slots: new pools of the same engines
     and capacity share the old gate, so the engines never see twice max_concurrency."""
-    from gateway.core.rules import Rules
+    from gateway.rules.schema import Rules
     from gateway.server.state import _inherit_models
     from gateway.upstream.pools import Pools
     from tests.conftest import rules_for_tests

@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway.core.rules import Tier
+from gateway.rules.schema import Tier
 from gateway.upstream.pools import Pool
 from gateway.upstream.scheduler import Gate, Ticket
 from gateway.upstream.transport import AttemptError

@@ -20,7 +20,7 @@ import openai
 import pytest
 import yaml
 
-from gateway.tenancy.redis_store import RedisStore
+from gateway.store.redis_store import RedisStore
 from tests.conftest import REDIS, Proc, free_port, rules_for_tests, start_gateway
 
 ADMIN = "admin-token-for-tests-0123456789"

@@ -2,7 +2,7 @@
 
 ``python -m deploy.grafana.build_dashboard [--out DIR] [--check]``. Panels are data (the
 ``SECTIONS`` table below); ids and grid positions are assigned here, so adding a panel
-is one line. Metric and label names come from :mod:`gateway.ops.telemetry`'s constants, with
+is one line. Metric and label names come from :mod:`gateway.telemetry.recorder`'s constants, with
 the suffixes the OpenTelemetry Prometheus exporter adds (``_total`` to counters,
 ``_bucket``/``_sum``/``_count`` to histograms). The engine panels read SGLang's own
 metrics (``sglang:*``, labelled ``model_name`` = the profile's ``served_model_name``).
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from deploy import generator_main
-from gateway.ops import telemetry as tm
+from gateway.telemetry import recorder as tm
 
 OUT_DIR = Path(__file__).resolve().parent
 FILE_NAME = "gateway-dashboard.json"

@@ -43,11 +43,11 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from evals.bench.common import chat_body
 from gateway.checks.base import Output, RequestFacts, run_checks
 from gateway.checks.registry import build_checks
-from gateway.core.classify import Classifier
-from gateway.core.request import ClientRequest, parse_chat
-from gateway.core.router import RouteDecision, Router
-from gateway.core.rules import load_rules
 from gateway.dispatch.loopguard import LoopGuard
+from gateway.request.model import ClientRequest, parse_chat
+from gateway.routing.classify import Classifier
+from gateway.routing.router import RouteDecision, Router
+from gateway.rules.schema import load_rules
 from gateway.settings import REPO_RULES
 from gateway.upstream.sse import SSEFramer, StreamState
 

@@ -19,8 +19,8 @@ from collections.abc import Callable
 
 import orjson
 
-from gateway.core.request import parse_chat
-from gateway.core.responses_format import to_chat, to_response
+from gateway.request.model import parse_chat
+from gateway.server.responses_format import to_chat, to_response
 
 REQ = {
     "model": "auto",

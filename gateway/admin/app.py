@@ -29,9 +29,9 @@ from gateway.errors import (
     NotFound,
     PayloadTooLarge,
     ServiceUnavailable,
+    StoreUnavailable,
 )
 from gateway.server.app import Gateway
-from gateway.tenancy.store import StoreUnavailable
 
 
 def create_admin_app(gw: Gateway) -> FastAPI:

@@ -15,9 +15,9 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from gateway.errors import NotFound, PermissionDenied, Unauthorized
-from gateway.ops.control import RulesControl
+from gateway.rules.control import RulesControl
 from gateway.server.app import Gateway
-from gateway.tenancy.store import Store
+from gateway.store.base import Store
 from gateway.tenancy.tenants import Tenant
 
 _DISABLED = "The admin API is disabled: set GATEWAY_ADMIN_TOKEN."

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gateway.checks.base import CHECK_NAMES
-from gateway.core.rules import Rules, cross_check
 from gateway.errors import Unprocessable
+from gateway.rules.schema import Rules, cross_check
 from gateway.tenancy.tenants import Policy
 
 

@@ -5,7 +5,7 @@ request fails on that answer, the gateway retries the request on the "standard" 
 the failing check's ``CheckResult.reason`` travels in an HTTP header. Each check is a small
 object with a ``name`` and a pure ``run(out, req) -> CheckResult`` method: no I/O, no global
 mutable state. Checks are built once at start-up by ``gateway.checks.registry.build_checks``
-from ``gateway.checks.settings.CheckSettings``.
+from ``gateway.checks.config.CheckSettings``.
 
 Checks, in ``CHECK_NAMES`` order (module in brackets):
 

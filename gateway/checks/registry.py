@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gateway.checks.base import CHECK_NAMES, Check
+from gateway.checks.config import CheckSettings
 from gateway.checks.repetition import RepetitionCheck
-from gateway.checks.settings import CheckSettings
 from gateway.checks.structured import (
     JsonParseMemo,
     JsonSchemaCheck,

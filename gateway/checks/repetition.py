@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from gateway.checks.base import PASS_CACHE, CheckResult, Output, RequestFacts, fail, snippet
-from gateway.checks.settings import RepetitionSettings
+from gateway.checks.config import RepetitionSettings
 
 __all__ = ("RepetitionCheck", "find_loop_start")
 

@@ -13,7 +13,7 @@ from gateway.checks.base import (
     is_blank,
     snippet,
 )
-from gateway.checks.settings import RefusalSettings, TemplateLeakSettings
+from gateway.checks.config import RefusalSettings, TemplateLeakSettings
 
 __all__ = ("NonEmptyCheck", "NotTruncatedCheck", "RefusalCheck", "TemplateLeakCheck")
 

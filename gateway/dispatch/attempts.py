@@ -35,10 +35,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 from tenacity.stop import stop_base
 
 from gateway.checks.base import Check
-from gateway.checks.settings import RepetitionSettings
-from gateway.core.request import ClientRequest
-from gateway.core.router import RouteDecision
-from gateway.core.rules import Dispatch
+from gateway.checks.config import RepetitionSettings
 from gateway.dispatch.budget import MIN_ATTEMPT_S, Kind, LatencyBook, reserve
 from gateway.dispatch.call import Call
 from gateway.dispatch.complete import Completer
@@ -48,7 +45,10 @@ from gateway.dispatch.opening import Opening, StreamOpener
 from gateway.dispatch.outcome import BridgePlan, Failure, Outcome, Trail
 from gateway.dispatch.relay import StreamRelay
 from gateway.errors import RateLimited, UpstreamFailed, UpstreamTimeout
-from gateway.ops.telemetry import Telemetry
+from gateway.request.model import ClientRequest
+from gateway.routing.router import RouteDecision
+from gateway.rules.schema import Dispatch
+from gateway.telemetry.recorder import Telemetry
 from gateway.upstream.pools import Pools
 from gateway.upstream.scheduler import ANYONE, Ticket
 from gateway.upstream.transport import AttemptError

@@ -7,8 +7,8 @@ from types import MappingProxyType
 from typing import Any
 
 from gateway.checks.base import Check
-from gateway.core.request import ClientRequest
-from gateway.core.router import RouteDecision
+from gateway.request.model import ClientRequest
+from gateway.routing.router import RouteDecision
 from gateway.upstream.pools import Pool
 from gateway.upstream.responses_events import RESPONSES_PATH
 from gateway.upstream.scheduler import ANYONE, Ticket

@@ -16,8 +16,8 @@ from typing import Any
 
 import orjson
 
+from gateway.checks.config import RepetitionSettings
 from gateway.checks.repetition import find_loop_start
-from gateway.checks.settings import RepetitionSettings
 from gateway.checks.text import TemplateLeakCheck
 from gateway.dispatch.assemble import assemble, assemble_state, outputs
 from gateway.dispatch.bridge import bridge
@@ -27,7 +27,7 @@ from gateway.dispatch.loopguard import LoopGuard
 from gateway.dispatch.opening import Opening, StreamOpener, StreamStart, pull
 from gateway.dispatch.outcome import Failure, Salvage, Trail
 from gateway.dispatch.splice import merge_usage
-from gateway.ops.telemetry import Telemetry
+from gateway.telemetry.recorder import Telemetry
 from gateway.upstream.pools import Pool
 from gateway.upstream.sse import StreamState
 from gateway.upstream.transport import AttemptError

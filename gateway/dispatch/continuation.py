@@ -28,8 +28,8 @@ from typing import Any
 
 import orjson
 
+from gateway.checks.config import RepetitionSettings
 from gateway.checks.repetition import find_loop_start
-from gateway.checks.settings import RepetitionSettings
 from gateway.dispatch.call import Call
 from gateway.dispatch.opening import Opening, StreamOpener, StreamStart
 from gateway.dispatch.outcome import Trail

@@ -18,7 +18,7 @@ from gateway.dispatch.call import Call
 from gateway.dispatch.live import LiveChecks
 from gateway.dispatch.outcome import BridgePlan, Trail
 from gateway.dispatch.rate import RateGuard
-from gateway.ops.telemetry import Telemetry
+from gateway.telemetry.recorder import Telemetry
 from gateway.upstream.pools import Pool, Replica
 from gateway.upstream.sse import SSEFramer, StreamState
 from gateway.upstream.transport import AttemptError, Timeouts, UpstreamStream

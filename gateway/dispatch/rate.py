@@ -11,7 +11,7 @@ blocked on a slow client is not the engine's and is not counted.
 
 from __future__ import annotations
 
-from gateway.core.rules import Timeouts
+from gateway.rules.schema import Timeouts
 from gateway.upstream.transport import AttemptError
 
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 from aiohttp import web
 
-from gateway.core.rules import Rules
+from gateway.rules.schema import Rules
 from gateway.server import cors
 from gateway.server.handlers import add_routes
 from gateway.server.middleware import catch_all
 from gateway.server.state import GATEWAY, Gateway
 from gateway.settings import Settings
-from gateway.tenancy.store import Store
+from gateway.store.base import Store
 from gateway.upstream.pools import TransportFactory
 
 __all__ = ("GATEWAY", "AppSource", "Gateway", "create_app")

@@ -19,10 +19,10 @@ import orjson
 from aiohttp import web
 from opentelemetry import trace
 
-from gateway.core.request import ClientRequest, parse_chat, parse_completion
-from gateway.core.router import RouteDecision
+from gateway.access.guard import rate_headers
 from gateway.dispatch.outcome import Outcome
 from gateway.dispatch.relay import Sink, StreamRelay
+from gateway.dispatch.shadow import Served, answer_text
 from gateway.errors import (
     BodyTimeout,
     GatewayError,
@@ -35,12 +35,12 @@ from gateway.errors import (
     error_body,
 )
 from gateway.headers import H_REQUEST_ID, H_SHOULD_RETRY
-from gateway.ops.shadow import Served, answer_text
+from gateway.request.model import ClientRequest, parse_chat, parse_completion
+from gateway.routing.router import RouteDecision
 from gateway.server.exchange import Exchange
-from gateway.server.responses import JSON, error_response, new_id, request_id
+from gateway.server.replies import JSON, error_response, new_id, request_id
 from gateway.server.state import GATEWAY, Gateway, Runtime
 from gateway.settings import Settings
-from gateway.tenancy.access import rate_headers
 from gateway.tenancy.limits import NO_RESERVE, Reserve
 from gateway.upstream.scheduler import Ticket
 from gateway.upstream.transport import AttemptError

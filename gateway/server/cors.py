@@ -25,7 +25,7 @@ from gateway.headers import (
     H_SHOULD_RETRY,
     H_TIER,
 )
-from gateway.server.responses import error_response, request_id
+from gateway.server.replies import error_response, request_id
 
 _EXPOSE = ", ".join(
     (

@@ -17,7 +17,6 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from gateway.core.request import decode_body, require_str
 from gateway.dispatch.outcome import Failure, Trail, describe_fallback
 from gateway.errors import (
     GatewayError,
@@ -27,9 +26,10 @@ from gateway.errors import (
     UpstreamTimeout,
 )
 from gateway.headers import H_FALLBACK, H_REQUEST_ID, H_TIER
+from gateway.request.model import decode_body, require_str
 from gateway.server.completions import read_body
 from gateway.server.exchange import Exchange
-from gateway.server.responses import JSON, error_response, new_id, request_id
+from gateway.server.replies import JSON, error_response, new_id, request_id
 from gateway.server.state import GATEWAY, Runtime
 from gateway.tenancy.tenants import Effective
 from gateway.upstream.scheduler import ANYONE, Ticket

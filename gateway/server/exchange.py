@@ -9,7 +9,6 @@ from typing import Any
 
 from opentelemetry import trace
 
-from gateway.core.router import RouteDecision
 from gateway.dispatch.outcome import Trail, describe_fallback
 from gateway.headers import (
     H_BACKOFF,
@@ -23,7 +22,8 @@ from gateway.headers import (
     H_ROUTE,
     H_TIER,
 )
-from gateway.ops.telemetry import (
+from gateway.routing.router import RouteDecision
+from gateway.telemetry.recorder import (
     A_SLA,
     A_STATUS,
     A_TASK,

@@ -16,7 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from gateway.errors import MethodNotAllowed, ModelNotFound, NotFound, Unauthorized
 from gateway.server.completions import chat_completions, completions
 from gateway.server.embeddings import embeddings
-from gateway.server.responses import JSON, error_response, request_id
+from gateway.server.replies import JSON, error_response, request_id
 from gateway.server.responses_api import responses
 from gateway.server.state import GATEWAY
 

@@ -15,7 +15,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from gateway.errors import BadRequest, GatewayError, InternalError, PayloadTooLarge
-from gateway.server.responses import assign_request_id, error_response, request_id
+from gateway.server.replies import assign_request_id, error_response, request_id
 
 log = logging.getLogger("gateway.server")
 

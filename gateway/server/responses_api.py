@@ -1,7 +1,7 @@
 """``POST /v1/responses``: the Responses API, stream and not, over the chat pipeline.
 
 The request is translated to a chat completions request
-(:func:`gateway.core.responses_format.to_chat`) and served by the same path as
+(:func:`gateway.server.responses_format.to_chat`) and served by the same path as
 ``/v1/chat/completions`` — authentication, classification, routing, admission, checks,
 fallback, hedging, continuation — and its answer is translated back: a ``response``
 object, or the Responses event stream (:class:`ResponsesSink`). Tiers whose engines
@@ -17,10 +17,10 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from gateway.core.request import ClientRequest, decode_body, parse_chat
-from gateway.core.responses_format import to_chat, to_response
 from gateway.dispatch.relay import Sink
+from gateway.request.model import ClientRequest, decode_body, parse_chat
 from gateway.server.completions import handle
+from gateway.server.responses_format import to_chat, to_response
 from gateway.server.responses_stream import ResponsesSink
 
 

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from gateway.core.responses_format import (
+from gateway.server.responses_format import (
     call_item,
     message_item,
     new_id,

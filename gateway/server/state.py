@@ -22,20 +22,20 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from gateway.access.guard import Access
 from gateway.checks.registry import build_checks
-from gateway.core.classify import Classifier
-from gateway.core.router import Router
-from gateway.core.rules import Rules
 from gateway.dispatch.attempts import Dispatcher
-from gateway.ops.control import RulesControl
-from gateway.ops.metrics_merge import merge, read_snapshots, write_snapshot
-from gateway.ops.shadow import Shadow
-from gateway.ops.telemetry import Telemetry
+from gateway.dispatch.shadow import Shadow
+from gateway.routing.classify import Classifier
+from gateway.routing.router import Router
+from gateway.rules.control import RulesControl
+from gateway.rules.schema import Rules
 from gateway.settings import Settings
-from gateway.tenancy.access import Access
-from gateway.tenancy.memory_store import MemoryStore
-from gateway.tenancy.redis_store import RedisStore
-from gateway.tenancy.store import Store
+from gateway.store.base import Store
+from gateway.store.memory_store import MemoryStore
+from gateway.store.redis_store import RedisStore
+from gateway.telemetry.merge import merge, read_snapshots, write_snapshot
+from gateway.telemetry.recorder import Telemetry
 from gateway.upstream.pools import Pools, TransportFactory
 
 log = logging.getLogger("gateway")

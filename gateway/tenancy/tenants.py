@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.core.rules import Rule
+from gateway.rules.schema import Rule
 
 KEY_PREFIX = "gk-"
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from gateway.core.rules import Tier
+from gateway.rules.schema import Tier
 from gateway.upstream.discovery import ModelBook, model_ids
 from gateway.upstream.responses_events import RESPONSES_PATH, ResponsesAsChat
 from gateway.upstream.scheduler import Gate, Ticket

@@ -16,7 +16,7 @@ from gateway.admin.routes.base import admin_router, errors
 from gateway.admin.wire import json_response
 from gateway.errors import NotFound
 from gateway.server.app import Gateway
-from gateway.tenancy.store import Store
+from gateway.store.base import Store
 from gateway.tenancy.tenants import ApiKey, new_id, new_key
 
 router = admin_router("keys")

@@ -11,8 +11,8 @@ from gateway.admin.deps import GatewayDep, StoreDep
 from gateway.admin.models import ExplainIn, PoolsOut, RecordList
 from gateway.admin.routes.base import admin_router, errors
 from gateway.admin.wire import json_response
-from gateway.core.explain import explain as explain_request
 from gateway.errors import BadRequest, NotFound
+from gateway.routing.explain import explain as explain_request
 from gateway.tenancy.tenants import ApiKey, effective_policy
 
 router = admin_router("operations")

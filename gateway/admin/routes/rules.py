@@ -14,9 +14,9 @@ from gateway.admin.deps import Audit, AuditDep, ControlDep, StoreDep, admin_user
 from gateway.admin.models import RecordList, Rollback, RulesOut, RulesVersionOut, VersionOut
 from gateway.admin.routes.base import admin_router, errors
 from gateway.admin.wire import json_response
-from gateway.core.rules import RulesError
 from gateway.errors import BadRequest, NotFound, Unprocessable
-from gateway.ops.control import RulesControl
+from gateway.rules.control import RulesControl
+from gateway.rules.schema import RulesError
 
 router = admin_router("rules")
 UserDep = Annotated[str, Depends(admin_user)]

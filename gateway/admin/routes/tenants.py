@@ -28,7 +28,7 @@ from gateway.admin.policy import check_policy
 from gateway.admin.routes.base import admin_router, errors
 from gateway.admin.wire import json_response
 from gateway.errors import BadRequest, Conflicted, NotFound
-from gateway.tenancy.store import Conflict, Store
+from gateway.store.base import Conflict, Store
 from gateway.tenancy.tenants import Policy, Tenant, new_id
 
 router = admin_router("tenants")

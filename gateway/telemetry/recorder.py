@@ -5,7 +5,7 @@
   touch them itself: it appends one :class:`RequestRecord` to a list (well under a
   microsecond) and a background task records the batch every ``flush_interval``
   (and right before each scrape). Counters are summed per label set over the batch
-  (one OTel call each); histograms are the gateway's own (:mod:`gateway.ops.histograms`,
+  (one OTel call each); histograms are the gateway's own (:mod:`gateway.telemetry.histograms`,
   a bisect per record instead of 8-30 us of OTel SDK), copied to OTel for OTLP.
 * **Traces** follow the OpenTelemetry GenAI semantic conventions where they exist
   (``gen_ai.*``) and ``gateway.*`` otherwise: one span per request, a child span per
@@ -37,7 +37,7 @@ from opentelemetry.sdk.resources import Resource
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gateway.checks.base import Check, CheckResult, Output, RequestFacts, run_checks
-from gateway.ops.histograms import Histogram, HistogramCollector
+from gateway.telemetry.histograms import Histogram, HistogramCollector
 
 # -- names -------------------------------------------------------------------------------------
 M_REQUESTS = "gateway_requests"

@@ -15,9 +15,9 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from gateway.core.classify import Classification
-from gateway.core.rules import Route, Rule, Rules, When
 from gateway.errors import PermissionDenied
+from gateway.routing.classify import Classification
+from gateway.rules.schema import Route, Rule, Rules, When
 from gateway.tenancy.tenants import OPEN, Effective
 
 

@@ -1,6 +1,6 @@
-"""The Redis :class:`gateway.tenancy.store.Store`, shared by every gateway replica.
+"""The Redis :class:`gateway.store.base.Store`, shared by every gateway replica.
 
-See :mod:`gateway.tenancy.store` for the key layout and the consistency rules.
+See :mod:`gateway.store.base` for the key layout and the consistency rules.
 """
 
 from __future__ import annotations
@@ -14,6 +14,16 @@ from typing import Any
 
 import orjson
 
+from gateway.errors import StoreUnavailable
+from gateway.store.base import (
+    AUDIT_MAX,
+    RULES_MAX,
+    SHADOW_MAX,
+    Conflict,
+    Used,
+    today,
+    usage_fields,
+)
 from gateway.tenancy.limits import (
     ADMIT_LUA,
     DEBIT_LUA,
@@ -26,16 +36,6 @@ from gateway.tenancy.limits import (
     budget_period,
     hold_for,
     period_ttl,
-)
-from gateway.tenancy.store import (
-    AUDIT_MAX,
-    RULES_MAX,
-    SHADOW_MAX,
-    Conflict,
-    StoreUnavailable,
-    Used,
-    today,
-    usage_fields,
 )
 from gateway.tenancy.tenants import ApiKey, Policy, Tenant
 

@@ -16,18 +16,31 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from gateway.core.rules import Rules, RulesError, parse_rules
-from gateway.tenancy.store import Store, StoreUnavailable
+from gateway.errors import StoreUnavailable
+from gateway.rules.schema import Rules, RulesError, parse_rules
 
-log = logging.getLogger("gateway.core.rules")
+
+class RulesVersions(Protocol):
+    """What rule changes need of the store: numbered versions, the current one, and an
+    announcement to every replica. The store implements it; the rules do not import it."""
+
+    async def save_rules(self, text: str, meta: dict[str, Any]) -> int: ...
+    async def set_current_rules(self, version: int) -> None: ...
+    async def current_rules(self) -> tuple[int, str] | None: ...
+    async def rules_versions(self) -> list[dict[str, Any]]: ...
+    async def rules_text(self, version: int) -> str | None: ...
+    async def publish(self, event: dict[str, Any]) -> None: ...
+
+
+log = logging.getLogger("gateway.rules.schema")
 
 
 class RulesControl:
     def __init__(
         self,
-        store: Store | None,
+        store: RulesVersions | None,
         path: Path,
         text: str,
         apply: Callable[[Rules], None],

@@ -1,14 +1,17 @@
 """Where tenants, keys, usage, the audit log and rule versions live: the interface.
 
-Two implementations of one interface (:class:`Store`):
+One small protocol per concern — :class:`TenantStore`, :class:`KeyStore`,
+:class:`AdmissionStore`, :class:`UsageStore`, :class:`AuditStore`, :class:`ShadowStore`,
+:class:`EventBus`, and the rules' own :class:`gateway.rules.control.RulesVersions` —
+joined as :class:`Store`. Two implementations of every one:
 
-* :class:`gateway.tenancy.redis_store.RedisStore` — shared by every gateway replica. Keys
+* :class:`gateway.store.redis_store.RedisStore` — shared by every gateway replica. Keys
   live under one prefix; per-tenant keys carry a ``{tenant}`` hash tag so a cluster keeps
   them on one shard. Tenant writes are optimistic (WATCH/MULTI, retried), so concurrent
   admin writes never lose an update. Admission is one Lua call
   (:mod:`gateway.tenancy.limits`). Every write is announced on a pub/sub channel so other
   replicas drop their cached copies at once.
-* :class:`gateway.tenancy.memory_store.MemoryStore` — the same in one process: the embedded
+* :class:`gateway.store.memory_store.MemoryStore` — the same in one process: the embedded
   default (one replica).
 
 Errors talking to Redis surface as :class:`StoreUnavailable`; callers decide whether
@@ -22,6 +25,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gateway.rules.control import RulesVersions
 from gateway.tenancy.limits import NO_RESERVE, Admission, Hold, Reserve
 from gateway.tenancy.tenants import ApiKey, Policy, Tenant
 
@@ -30,18 +34,16 @@ SHADOW_MAX = 5_000  # shadow comparisons kept for `evals quality --shadow`
 RULES_MAX = 100
 
 
-class StoreUnavailable(Exception):
-    """The store could not be reached (or answered too slowly)."""
-
-
 class Conflict(Exception):
     """A versioned write lost too many races in a row."""
 
 
-class Store(Protocol):
+class Lifecycle(Protocol):
     async def ping(self) -> bool: ...
     async def close(self) -> None: ...
 
+
+class TenantStore(Protocol):
     async def create_tenant(self, t: Tenant) -> None: ...
     async def get_tenant(self, tenant_id: str) -> Tenant | None: ...
     async def list_tenants(self) -> list[Tenant]: ...
@@ -50,16 +52,23 @@ class Store(Protocol):
     ) -> Tenant | None: ...
     async def delete_tenant(self, tenant_id: str) -> list[ApiKey] | None: ...
 
+
+class KeyStore(Protocol):
     async def add_key(self, k: ApiKey) -> None: ...
     async def get_key(self, key_id: str) -> ApiKey | None: ...
     async def key_by_digest(self, digest: str) -> tuple[ApiKey, Tenant] | None: ...
     async def list_keys(self, tenant_id: str) -> list[ApiKey]: ...
     async def delete_key(self, key_id: str) -> ApiKey | None: ...
 
+
+class AdmissionStore(Protocol):
     async def admit(
         self, tenant_id: str, rid: str, p: Policy, want: Reserve = NO_RESERVE
     ) -> Admission: ...
     async def release(self, tenant_id: str, rid: str) -> None: ...
+
+
+class UsageStore(Protocol):
     async def record_usage(
         self,
         tenant_id: str,
@@ -69,20 +78,36 @@ class Store(Protocol):
     ) -> None: ...
     async def usage(self, tenant_id: str, day: str | None = None) -> dict[str, int]: ...
 
+
+class AuditStore(Protocol):
     async def audit(self, entry: dict[str, Any]) -> None: ...
     async def audit_log(self, limit: int = 100) -> list[dict[str, Any]]: ...
 
+
+class ShadowStore(Protocol):
     async def push_shadow(self, rec: dict[str, Any]) -> None: ...
     async def shadow_records(self, limit: int = 1000) -> list[dict[str, Any]]: ...
 
-    async def save_rules(self, text: str, meta: dict[str, Any]) -> int: ...
-    async def set_current_rules(self, version: int) -> None: ...
-    async def current_rules(self) -> tuple[int, str] | None: ...
-    async def rules_versions(self) -> list[dict[str, Any]]: ...
-    async def rules_text(self, version: int) -> str | None: ...
 
+class EventBus(Protocol):
     async def publish(self, event: dict[str, Any]) -> None: ...
     def events(self) -> AsyncIterator[dict[str, Any]]: ...
+
+
+class Store(
+    Lifecycle,
+    TenantStore,
+    KeyStore,
+    AdmissionStore,
+    UsageStore,
+    AuditStore,
+    ShadowStore,
+    RulesVersions,
+    EventBus,
+    Protocol,
+):
+    """Every concern in one object, as both implementations provide it; a consumer types
+    its argument as the narrow protocol it uses (:class:`KeyStore`, :class:`UsageStore`...)."""
 
 
 def today() -> str:

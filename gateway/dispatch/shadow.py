@@ -21,14 +21,15 @@ from typing import Any
 
 import orjson
 
-from gateway.core.request import ClientRequest
-from gateway.core.router import RouteDecision
-from gateway.ops.telemetry import Telemetry
-from gateway.tenancy.store import Store, StoreUnavailable
+from gateway.errors import StoreUnavailable
+from gateway.request.model import ClientRequest
+from gateway.routing.router import RouteDecision
+from gateway.store.base import Store
+from gateway.telemetry.recorder import Telemetry
 from gateway.upstream.pools import Pools
 from gateway.upstream.transport import AttemptError
 
-log = logging.getLogger("gateway.ops.shadow")
+log = logging.getLogger("gateway.dispatch.shadow")
 _WORD = re.compile(r"\w+", re.UNICODE)
 _PATHS = MappingProxyType({"chat": "/v1/chat/completions", "completions": "/v1/completions"})
 AGREE_AT = 0.6  # token F1 at or above which two answers count as agreeing

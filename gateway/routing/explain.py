@@ -9,10 +9,10 @@ from typing import Any
 
 import orjson
 
-from gateway.core.classify import Classifier
-from gateway.core.request import parse_chat, parse_completion
-from gateway.core.router import Router
-from gateway.core.rules import Rules
+from gateway.request.model import parse_chat, parse_completion
+from gateway.routing.classify import Classifier
+from gateway.routing.router import Router
+from gateway.rules.schema import Rules
 from gateway.tenancy.tenants import OPEN, Effective
 
 

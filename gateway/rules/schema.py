@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gateway.checks.base import CHECK_NAMES
-from gateway.checks.settings import CheckSettings
+from gateway.checks.config import CheckSettings
 
 
 class _Strict(BaseModel):

@@ -9,7 +9,7 @@ arguments. Explicit hints win over the request's shape:
 2. shape: tools -> agent step; JSON ``response_format`` -> extraction;
 3. the operator's cues in the rules: code (fences, FIM markers, language keywords),
    summarization (a long prompt with a summarise verb), reasoning;
-4. the learned model (:mod:`gateway.core.textmodel`) on the last user turn: its top
+4. the learned model (:mod:`gateway.routing.textmodel`) on the last user turn: its top
    class, or ``classify.model.uncertain_task`` when its probability is under
    ``classify.model.min_confidence``; with the model off, ``default_task``.
 
@@ -25,10 +25,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.core.request import ClientRequest
-from gateway.core.rules import Rules
-from gateway.core.textmodel import MODEL_PATH, TextModel
 from gateway.errors import InvalidField, ModelNotFound
+from gateway.request.model import ClientRequest
+from gateway.routing.textmodel import MODEL_PATH, TextModel
+from gateway.rules.schema import Rules
 
 H_TASK = "x-gateway-task"
 H_SLA = "x-gateway-sla"

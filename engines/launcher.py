@@ -23,9 +23,9 @@ from urllib.parse import urlsplit
 import aiohttp
 from aiohttp import web
 
-from gateway.core.rules import Rules
+from gateway.rules.schema import Rules
 
-log = logging.getLogger("gateway.ops.local")
+log = logging.getLogger("engines.launcher")
 SELF_CHECK_PROMPT = "Name three primary colors."
 
 

@@ -1,4 +1,4 @@
-"""The in-process :class:`gateway.tenancy.store.Store`: the embedded default (one replica)."""
+"""The in-process :class:`gateway.store.base.Store`: the embedded default (one replica)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from gateway.store.base import AUDIT_MAX, SHADOW_MAX, Used, today, usage_fields
 from gateway.tenancy.limits import NO_RESERVE, Admission, Hold, LocalLimiter, Reserve
-from gateway.tenancy.store import AUDIT_MAX, SHADOW_MAX, Used, today, usage_fields
 from gateway.tenancy.tenants import ApiKey, Policy, Tenant
 
 

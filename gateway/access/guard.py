@@ -19,9 +19,9 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gateway.errors import RateLimited, ServiceUnavailable, Unauthorized
+from gateway.errors import RateLimited, ServiceUnavailable, StoreUnavailable, Unauthorized
+from gateway.store.base import Store, Used
 from gateway.tenancy.limits import ALLOW, NO_RESERVE, Admission, Hold, LocalLimiter, Reserve
-from gateway.tenancy.store import Store, StoreUnavailable, Used
 from gateway.tenancy.tenants import OPEN, Effective, effective_policy, key_digest
 
 log = logging.getLogger("gateway.access")

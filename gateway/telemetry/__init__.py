@@ -1,0 +1,9 @@
+"""Traces, metrics and the access log, off the request's critical path.
+
+* ``recorder``    :class:`Telemetry`: spans, metrics, the access log; names as constants
+* ``histograms``  the gateway's own histograms; ``merge``: one ``/metrics`` for all workers
+"""
+
+from gateway.telemetry.recorder import Telemetry, setup_logging
+
+__all__ = ("Telemetry", "setup_logging")
