@@ -47,7 +47,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             workers=args.workers,
         )
     except ValueError as e:  # pydantic's ValidationError is a ValueError
-        print(f"error: bad settings: {e}", file=sys.stderr)
+        print(f"error: bad settings: {_one_line(e)}", file=sys.stderr)
         return 2
     from gateway.telemetry.recorder import setup_logging
 
@@ -64,6 +64,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
     finally:
         if engines is not None:
             engines.stop()
+
+
+def _one_line(e: ValueError) -> str:
+    """A settings error in one line: ``GATEWAY_X: what is wrong`` for each field."""
+    from pydantic import ValidationError
+
+    if not isinstance(e, ValidationError):
+        return str(e)
+    parts = []
+    for err in e.errors():
+        field = "_".join(str(p) for p in err["loc"])
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        parts.append(f"GATEWAY_{field.upper()}: {msg}" if field else msg)
+    return "; ".join(parts)
 
 
 def _supervise(settings: Settings, path: Path) -> int:

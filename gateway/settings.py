@@ -9,8 +9,10 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
+from urllib.parse import unquote, urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -49,7 +51,11 @@ class Settings(BaseSettings):
     drain_seconds: float = Field(
         default=30.0, ge=0, le=3600, description="SIGTERM: finish in-flight requests for this long"
     )
-    redis_url: str | None = None
+    redis_url: str | None = Field(
+        default=None,
+        description="the shared store: redis://, rediss://, unix://, "
+        "redis+sentinel://h1:p1,h2:p2/<master>/<db> or redis+cluster://h1:p1,h2:p2",
+    )
     redis_prefix: str = Field(default="gw:", min_length=1, max_length=64)
     redis_timeout: float = Field(default=0.5, gt=0, le=10, description="a slower Redis is down")
     redis_max_connections: int = Field(
@@ -57,6 +63,12 @@ class Settings(BaseSettings):
     )
     redis_pool_wait: float = Field(
         default=0.5, gt=0, le=10, description="seconds to wait for a free Redis connection"
+    )
+    redis_breaker_failures: int = Field(
+        default=3, ge=1, le=1000, description="failed Redis calls in a row that open the breaker"
+    )
+    redis_probe_interval: float = Field(
+        default=0.5, gt=0, le=60, description="seconds between probes while the breaker is open"
     )
     admin_token: SecretStr | None = None
     metrics_token: SecretStr | None = Field(
@@ -74,6 +86,15 @@ class Settings(BaseSettings):
         default=None, description="HMAC secret for API key digests; shared by every replica"
     )
     policy_cache_ttl: float = Field(default=30.0, gt=0, description="re-read cached keys after")
+    policy_stale_max: float = Field(
+        default=300.0,
+        gt=0,
+        description="while the store is degraded, a cached key is served this long after it "
+        "was last verified (a key revoked meanwhile stops working by then)",
+    )
+    policy_cache_max: int = Field(
+        default=100_000, ge=1, description="API keys cached per worker (least recently used out)"
+    )
     otlp_endpoint: str | None = Field(
         default=None, description="OTLP/HTTP collector, e.g. http://otel:4318; unset: no traces"
     )
@@ -116,6 +137,13 @@ class Settings(BaseSettings):
                     )
         return v
 
+    @field_validator("redis_url")
+    @classmethod
+    def _store_url(cls, v: str | None) -> str | None:
+        if v is not None:
+            store_target(v)  # raises ValueError with one line saying what is wrong
+        return v
+
     @model_validator(mode="after")
     def _secret_with_redis(self) -> Settings:
         if self.redis_url and self.key_secret is None:
@@ -154,6 +182,66 @@ class Settings(BaseSettings):
             return self.rules
         local = Path("routing_rules.yaml")
         return local if local.is_file() else REPO_RULES
+
+
+@dataclass(frozen=True, slots=True)
+class StoreTarget:
+    """Where the shared store is, parsed from ``GATEWAY_REDIS_URL``.
+
+    ``kind``: ``single`` (one Redis: ``redis://``, ``rediss://``, ``unix://``, passed to
+    redis-py as it is), ``sentinel`` (``nodes`` are the Sentinels, ``master`` the service
+    name they watch) or ``cluster`` (``nodes`` are start-up nodes of a Redis Cluster).
+    """
+
+    kind: Literal["single", "sentinel", "cluster"]
+    url: str = field(default="", repr=False)
+    nodes: tuple[tuple[str, int], ...] = ()
+    master: str = ""
+    db: int = 0
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+
+
+_SINGLE = ("redis://", "rediss://", "unix://")
+_SCHEMES = "redis://, rediss://, unix://, redis+sentinel:// or redis+cluster://"
+
+
+def store_target(url: str) -> StoreTarget:
+    """Parse a store URL; a ValueError says in one line what is wrong (never echoing a
+    password)."""
+    if url.startswith(_SINGLE):
+        try:
+            urlsplit(url).port  # noqa: B018 (a bad port raises here, not at the first call)
+        except ValueError:
+            raise ValueError("store URL: the port is not a number") from None
+        return StoreTarget("single", url=url)
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme not in ("redis+sentinel", "redis+cluster"):
+        raise ValueError(f"unsupported store URL scheme {scheme + '://'!r}; use {_SCHEMES}")
+    auth, _, rest = rest.rpartition("@")
+    hosts, _, path = rest.partition("/")
+    nodes = tuple(_node(h) for h in hosts.split(",") if h.strip())
+    if not nodes:
+        raise ValueError(f"{scheme}:// needs at least one host:port")
+    user, _, password = auth.partition(":") if auth else ("", "", "")
+    who = StoreTarget("cluster", nodes=nodes, username=unquote(user) or None)
+    who = replace(who, password=unquote(password) or None)
+    parts = [p for p in path.split("/") if p]
+    if scheme == "redis+cluster":
+        if parts:
+            raise ValueError("redis+cluster:// takes no path (a cluster has only database 0)")
+        return who
+    if not 1 <= len(parts) <= 2 or (len(parts) == 2 and not parts[1].isdigit()):
+        raise ValueError("redis+sentinel:// needs /<master-name> and optionally /<db>")
+    db = int(parts[1]) if len(parts) == 2 else 0
+    return replace(who, kind="sentinel", master=unquote(parts[0]), db=db)
+
+
+def _node(hostport: str) -> tuple[str, int]:
+    host, sep, port = hostport.strip().rpartition(":")
+    if not sep or not port.isdigit() or not host or not 0 < int(port) < 65536:
+        raise ValueError(f"store URL: {hostport.strip()!r} is not host:port")
+    return host.strip("[]"), int(port)
 
 
 def pool_urls_from_env(environ: Mapping[str, str]) -> dict[str, tuple[str, ...]]:

@@ -87,7 +87,7 @@ def _spent(prefix: str, tid: str) -> tuple[int, int]:
 
     async def read(s: RedisStore) -> tuple[int, int]:
         u = await s.usage(tid)
-        counter = await s._r.get(s._t(tid, "budget:" + day))
+        counter = await s.conn.r.get(s.conn.t(tid, "budget:" + day))
         return u.get("prompt_tokens", 0) + u.get("completion_tokens", 0), int(counter or 0)
 
     out: tuple[int, int] = _redis(prefix, read)
@@ -152,8 +152,8 @@ def test_redis_admit_reserves_and_settle_gives_back(prefix: str) -> None:
         await s.record_usage(tid, Used("highspeed", 10, 20, None, 5000), p, a.hold)
         await s.record_usage(tid, Used("highspeed", 10, 20, None, 5000), p, b.hold)
         now = time.time()
-        t = await s._r.get(s._t(tid, "budget:" + budget_period("day", now)))
-        m = await s._r.get(s._t(tid, "cost:" + budget_period("month", now)))
+        t = await s.conn.r.get(s.conn.t(tid, "budget:" + budget_period("day", now)))
+        m = await s.conn.r.get(s.conn.t(tid, "cost:" + budget_period("month", now)))
         assert (int(t), int(m)) == (60, 10_000)
         assert (await s.admit(tid, "r4", p, want)).ok
 
@@ -171,7 +171,7 @@ def test_settling_twice_counts_once(prefix: str) -> None:
         used = Used("highspeed", 10, 20, None, 0, settle_id="adm_r1")
         await s.record_usage(tid, used, p, a.hold)
         await s.record_usage(tid, used, p, a.hold)  # the retry
-        t = await s._r.get(s._t(tid, "budget:" + budget_period("day", time.time())))
+        t = await s.conn.r.get(s.conn.t(tid, "budget:" + budget_period("day", time.time())))
         assert int(t) == 30
 
     _redis(prefix, run)

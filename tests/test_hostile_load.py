@@ -41,7 +41,7 @@ def pair(
 async def _inflight(prefix: str, tenant: str) -> int:
     s = RedisStore(REDIS, prefix)
     try:
-        return int(await s._r.zcard(s._t(tenant, "inflight")))
+        return int(await s.conn.r.zcard(s.conn.t(tenant, "inflight")))
     finally:
         await s.close()
 

@@ -1,7 +1,10 @@
 """Who is calling and may they: API key to tenant policy, then admission.
 
-* ``guard``  :class:`Access`: the key cache (revocation-aware), admission through the
-  store's limits, the local fallback limiter while the store is degraded
+* ``guard``    :class:`Access`: authentication and admission, and what each does while
+  the store is degraded (fail-open or fail-closed by policy)
+* ``cache``    the keys seen: bounded, revocation-aware, served last-known when degraded
+* ``leases``   the concurrency slots held here, renewed while their requests run
+* ``backlog``  usage the store could not take, written when it answers again
 """
 
 from gateway.access.guard import Access, rate_headers

@@ -1,74 +1,99 @@
 """Who is calling and may they: API key -> tenant policy, then admission (limits).
 
 The hot path costs one HMAC and a dict lookup: keys are cached locally with their
-merged policy. A change made on any replica is published by the store and evicts the
-cached entries everywhere at once; entries older than ``ttl`` are re-read anyway (the
-safety net if an event is lost).
+merged policy (:class:`~gateway.access.cache.KeyCache`: bounded, evicted at once by the
+store's events, re-read after ``ttl``).
 
-Redis down or slow: keys already cached keep working from their last known policy
-(fail-open), unless their policy says ``fail_closed`` (then 503); keys never seen
-get 503; rate limits degrade to this replica's own :class:`LocalLimiter`. Nothing
-answers 500, and the cache heals by itself when Redis returns.
+The store degraded (down, slow, read-only...: its breaker is open, see
+:mod:`gateway.store.health`), by each policy's ``fail_closed``:
+
+* fail-open (the default): keys already cached keep working from their last known policy
+  for ``stale_max`` seconds after they were last verified; rate limits, concurrency and
+  budgets are this replica's own (:class:`LocalLimiter`, counted from what this replica
+  sees); usage that could not be written waits in a bounded backlog and is written when
+  the store answers again (:mod:`gateway.access.backlog`).
+* fail-closed: 503 ``store_unavailable`` for the tenant's requests.
+
+Keys never seen get 503 (they cannot be verified). Nothing answers 500, and everything
+heals by itself when the store returns. Concurrency slots are leases renewed while the
+request runs (:mod:`gateway.access.leases`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
+import contextlib
 import time
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import replace
+from typing import Any, Protocol
 
+from gateway.access.backlog import Unsettled, UsageBacklog
+from gateway.access.cache import KeyCache
+from gateway.access.leases import SlotLeases
 from gateway.errors import RateLimited, ServiceUnavailable, StoreUnavailable, Unauthorized
-from gateway.store.base import Store, Used
-from gateway.tenancy.limits import ALLOW, NO_RESERVE, Admission, Hold, LocalLimiter, Reserve
+from gateway.store.base import AdmissionStore, KeyStore, Lifecycle, UsageStore, Used
+from gateway.tenancy.limits import (
+    ALLOW,
+    NO_RESERVE,
+    SLOT_LEASE_MS,
+    Admission,
+    Hold,
+    LocalLimiter,
+    Reserve,
+)
 from gateway.tenancy.tenants import OPEN, Effective, effective_policy, key_digest
 
-log = logging.getLogger("gateway.access")
-_NEGATIVE_TTL = 5.0
-_NEGATIVE_MAX = 10_000
-_RELEASE_RETRY = (0.05, 0.2, 0.5, 1.0, 2.0)  # seconds between tries: a slot is never dropped
+_RELEASE_RETRY = (0.05, 0.2, 0.5, 1.0, 2.0)  # seconds between tries, within one lease
+_UNREACHABLE = "The policy store is unreachable; try again shortly."
 
 
-@dataclass(slots=True)
-class _Entry:
-    eff: Effective
-    at: float
+class GuardedStore(Lifecycle, KeyStore, AdmissionStore, UsageStore, Protocol):
+    """What admission control needs of the store."""
 
 
 class Access:
-    def __init__(self, store: Store | None, secret: bytes, required: bool, ttl: float):
+    def __init__(
+        self,
+        store: GuardedStore | None,
+        secret: bytes,
+        required: bool,
+        ttl: float,
+        stale_max: float = 300.0,
+        cache_max: int = 100_000,
+    ):
         self.store = store
         self.required = required
         self._secret = secret
-        self._ttl = ttl
-        self._cache: dict[str, _Entry] = {}
-        self._unknown: dict[str, float] = {}  # digests recently not found
+        self.cache = KeyCache(ttl, stale_max, cache_max)
         self._local = LocalLimiter()
         self._holds: dict[str, Hold] = {}  # admission id -> what it reserved, until done()
-        self.degraded = False  # the store is unreachable right now
+        self.leases = SlotLeases(store, self._local)
+        self.backlog = UsageBacklog(store) if store is not None else None
+        if store is not None:
+            store.health.on_change(self._on_health)
+
+    @property
+    def degraded(self) -> bool:
+        """The store's breaker is open right now."""
+        return self.store is not None and self.store.health.degraded
 
     def digest(self, key: str) -> str:
         return key_digest(self._secret, key)
 
+    def _on_health(self, degraded: bool) -> None:
+        if not degraded:  # back: re-read what may have changed meanwhile, write the backlog
+            self.cache.mark_stale()
+            if self.backlog is not None:
+                self.backlog.kick()
+
     def on_event(self, ev: dict[str, Any]) -> None:
         kind = ev.get("type")
-        if kind == "store_down":
-            self.degraded = True
-        elif kind == "resync":
-            self.degraded = False
-            # re-read every key on its next use, but keep the last known policy: a Redis
-            # that just came back may still fail a call, and a known key must not get 503
-            for entry in self._cache.values():
-                entry.at = float("-inf")
-            self._unknown.clear()
+        if kind == "resync":  # (re)subscribed: events may have been missed meanwhile
+            self.cache.mark_stale()
         elif kind == "tenant":
-            tid = ev.get("id")
-            for d in [d for d, e in self._cache.items() if e.eff.tenant_id == tid]:
-                del self._cache[d]
+            self.cache.drop_tenant(ev.get("id"))
         elif kind == "key":
-            self._cache.pop(str(ev.get("digest")), None)
-            self._unknown.pop(str(ev.get("digest")), None)
+            self.cache.drop(str(ev.get("digest")))
 
     # -- the hot path -------------------------------------------------------------------------
     async def authenticate(self, authorization: str | None) -> Effective:
@@ -78,33 +103,25 @@ class Access:
             raise Unauthorized("Missing API key: send 'Authorization: Bearer <key>'.")
         digest = key_digest(self._secret, authorization[7:].strip())
         now = time.monotonic()
-        entry = self._cache.get(digest)
-        fresh = entry is not None and now - entry.at < self._ttl
-        if entry is not None and fresh and not (self.degraded and entry.eff.policy.fail_closed):
+        entry = self.cache.get(digest)
+        fresh = entry is not None and self.cache.fresh(entry, now)
+        if entry is not None and fresh and not (entry.eff.policy.fail_closed and self.degraded):
             return entry.eff
-        seen_missing = self._unknown.get(digest)
-        if entry is None and seen_missing is not None and now - seen_missing < _NEGATIVE_TTL:
+        if entry is None and self.cache.missing_recently(digest, now):
             raise Unauthorized("Incorrect API key provided.")
         assert self.store is not None
         try:
             found = await self.store.key_by_digest(digest)
-            self.degraded = False
         except StoreUnavailable:
-            self.degraded = True
-            if entry is not None and not entry.eff.policy.fail_closed:
-                return entry.eff  # fail-open: the last known policy
-            raise ServiceUnavailable(
-                "The policy store is unreachable; try again shortly."
-            ) from None
+            last = self.cache.last_known(entry, now)
+            if last is not None:
+                return last  # fail-open: the last known policy
+            raise ServiceUnavailable(_UNREACHABLE) from None
         if found is None:
-            self._cache.pop(digest, None)
-            if len(self._unknown) > _NEGATIVE_MAX:
-                self._unknown.clear()
-            self._unknown[digest] = now
+            self.cache.missing(digest, now)
             raise Unauthorized("Incorrect API key provided.")
-        key, tenant = found
-        eff = effective_policy(tenant, key)
-        self._cache[digest] = _Entry(eff, now)
+        eff = effective_policy(found[1], found[0])
+        self.cache.put(digest, eff, now)
         return eff
 
     async def admit(self, eff: Effective, rid: str, want: Reserve = NO_RESERVE) -> Admission:
@@ -122,11 +139,9 @@ class Access:
         assert self.store is not None
         try:
             adm = await self.store.admit(eff.tenant_id, rid, p, want)
-            self.degraded = False
         except StoreUnavailable:
-            self.degraded = True
             if p.fail_closed:
-                raise ServiceUnavailable("The policy store is unreachable.") from None
+                raise ServiceUnavailable(_UNREACHABLE) from None
             adm = self._local.admit(eff.tenant_id, rid, p, want=want)  # this replica's limits
             if adm.hold is not None:  # settled where it was held, whatever the store does
                 adm = replace(adm, hold=replace(adm.hold, local=True))
@@ -134,6 +149,8 @@ class Access:
             raise _denied(adm)
         if adm.hold is not None:
             self._holds[rid] = adm.hold
+        if p.max_concurrent_requests:
+            self.leases.hold(eff.tenant_id, rid)
         return adm
 
     async def done(
@@ -145,9 +162,9 @@ class Access:
         fallback: str | None,
         cost: float | None = None,
     ) -> None:
-        """After the answer (off the critical path): free the slot, count the usage and
-        settle what the admission reserved, in the same atomic call (cancelled requests
-        included)."""
+        """After the answer (off the critical path): free the slot, and count the usage and
+        settle what the admission reserved in one atomic call (cancelled requests
+        included); what the store cannot take now goes to the backlog."""
         hold = self._holds.pop(rid, None)
         if eff.tenant_id is None or self.store is None:
             return
@@ -157,34 +174,69 @@ class Access:
         prompt = int((usage or {}).get("prompt_tokens") or 0)
         completion = int((usage or {}).get("completion_tokens") or 0)
         micro = round((cost or 0.0) * 1e6)  # counted in micro-USD: integers, atomic in Redis
+        used = Used(tier, prompt, completion, fallback, micro, settle_id=rid, at=time.time())
+        settle = self._settle(Unsettled(eff.tenant_id, used, eff.policy, hold))
         if eff.policy.max_concurrent_requests:
-            await self.release(eff.tenant_id, rid)
-        used = Used(tier, prompt, completion, fallback, micro, settle_id=rid)
-        for pause in (0.0, *_RELEASE_RETRY):  # settling is idempotent: retried, so a blip
-            if pause:  # never leaves the worst-case reservation standing in the budget
-                await asyncio.sleep(pause)
-            try:
-                await self.store.record_usage(eff.tenant_id, used, eff.policy, hold)
-                return
-            except StoreUnavailable:
-                continue
-        self._local.debit(eff.tenant_id, prompt + completion, eff.policy, micro_usd=micro)
+            await asyncio.gather(settle, self.release(eff.tenant_id, rid))
+        else:
+            await settle
+
+    async def _settle(self, u: Unsettled) -> None:
+        assert self.store is not None and self.backlog is not None
+        try:
+            await self.store.record_usage(u.tenant_id, u.used, u.policy, u.hold)
+        except StoreUnavailable:
+            self._local.debit(u.tenant_id, u.used.tokens, u.policy, micro_usd=u.used.micro_usd)
+            self.backlog.add(u)
 
     async def release(self, tenant_id: str, rid: str) -> None:
-        """Free a concurrency slot, retried: a slot left behind counts against the tenant
-        until it expires. A slot given by the local limiter (store down at admission) is
-        freed there too."""
+        """Free a concurrency slot: no longer renewed, given back here and in the store
+        (retried while its lease runs: after that it is free anyway)."""
+        self.leases.drop(tenant_id, rid)
         self._local.release(tenant_id, rid)
         assert self.store is not None
+        give_up = time.monotonic() + SLOT_LEASE_MS / 1000
         for pause in (0.0, *_RELEASE_RETRY):
             if pause:
                 await asyncio.sleep(pause)
-            try:
+            if time.monotonic() > give_up:
+                return
+            with contextlib.suppress(StoreUnavailable):
                 await self.store.release(tenant_id, rid)
                 return
-            except StoreUnavailable:
-                continue
-        log.warning("could not free slot %s of tenant %s: it expires by itself", rid, tenant_id)
+
+    def store_state(self) -> dict[str, Any] | None:
+        """For ``/readyz``: the store's state (None: no store)."""
+        return None if self.store is None else self.store.health.state()
+
+    def prometheus(self) -> bytes:
+        """The store's health, and what this replica holds on its behalf."""
+        if self.store is None or self.backlog is None:
+            return b""
+        b = self.backlog
+        lines = [
+            "# HELP gateway_usage_unsettled usage waiting to be written to the store",
+            "# TYPE gateway_usage_unsettled gauge",
+            f"gateway_usage_unsettled {len(b)}",
+            "# HELP gateway_usage_replayed_total usage written late, after the store came back",
+            "# TYPE gateway_usage_replayed_total counter",
+            f"gateway_usage_replayed_total {b.replayed}",
+            "# HELP gateway_usage_dropped_total usage dropped: the backlog was full",
+            "# TYPE gateway_usage_dropped_total counter",
+            f"gateway_usage_dropped_total {b.dropped}",
+            "# HELP gateway_slots_held concurrency slots this process holds and renews",
+            "# TYPE gateway_slots_held gauge",
+            f"gateway_slots_held {self.leases.held}",
+            "# HELP gateway_keys_cached API keys cached by this process",
+            "# TYPE gateway_keys_cached gauge",
+            f"gateway_keys_cached {len(self.cache)}",
+        ]
+        return self.store.health.prometheus() + ("\n".join(lines) + "\n").encode()
+
+    async def close(self) -> None:
+        await self.leases.close()
+        if self.backlog is not None:
+            await self.backlog.close()
 
 
 def _denied(adm: Admission) -> RateLimited:

@@ -17,7 +17,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from gateway.errors import NotFound, PermissionDenied, Unauthorized
 from gateway.rules.control import RulesControl
 from gateway.server.app import Gateway
-from gateway.store.base import Store
+from gateway.store.base import AuditStore, Store, TenantStore
 from gateway.tenancy.tenants import Tenant
 
 _DISABLED = "The admin API is disabled: set GATEWAY_ADMIN_TOKEN."
@@ -58,6 +58,9 @@ def get_store(gw: GatewayDep) -> Store:
 
 
 StoreDep = Annotated[Store, Depends(get_store)]
+# the same store, typed as the one concern a dependency uses
+TenantStoreDep = Annotated[TenantStore, Depends(get_store)]
+AuditStoreDep = Annotated[AuditStore, Depends(get_store)]
 
 
 def get_control(gw: GatewayDep) -> RulesControl:
@@ -68,7 +71,7 @@ def get_control(gw: GatewayDep) -> RulesControl:
 ControlDep = Annotated[RulesControl, Depends(get_control)]
 
 
-async def existing_tenant(tenant_id: str, store: StoreDep) -> Tenant:
+async def existing_tenant(tenant_id: str, store: TenantStoreDep) -> Tenant:
     t = await store.get_tenant(tenant_id)
     if t is None:
         raise NotFound(f"No tenant {tenant_id!r}.")
@@ -85,7 +88,7 @@ def admin_user(request: Request) -> str:
 class Audit:
     """Records a write in the audit log: who, when, what changed, from where."""
 
-    def __init__(self, request: Request, store: StoreDep):
+    def __init__(self, request: Request, store: AuditStoreDep):
         self.request = request
         self.store = store
 

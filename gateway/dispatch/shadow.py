@@ -24,7 +24,7 @@ import orjson
 from gateway.errors import StoreUnavailable
 from gateway.request.model import ClientRequest
 from gateway.routing.router import RouteDecision
-from gateway.store.base import Store
+from gateway.store.base import ShadowStore
 from gateway.telemetry.recorder import Telemetry
 from gateway.upstream.pools import Pools
 from gateway.upstream.transport import AttemptError
@@ -81,7 +81,7 @@ class Shadow:
     def __init__(
         self,
         pools: Pools,
-        store: Store | None,
+        store: ShadowStore | None,
         telemetry: Telemetry,
         rng: random.Random | None = None,
     ):

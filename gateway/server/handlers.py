@@ -74,6 +74,9 @@ async def readyz(request: web.Request) -> web.Response:
     models = {name: p.models.state() for name, p in pools.by_tier.items()}
     saturated = pools.saturated()
     body = {"ready": ok, "saturated": any(saturated.values()), "tiers": health}
+    store = request.app[GATEWAY].access.store_state()
+    if store is not None:  # degraded: still ready, serving what it knows (docs/store.md)
+        body["store"] = store
     body |= {"models": models, "saturated_tiers": saturated}
     if ok and body["saturated"] and request.app[GATEWAY].settings.unready_when_saturated:
         ok = False  # requests wait here for engine slots: new work should go elsewhere

@@ -75,13 +75,7 @@ class Gateway:
     ) -> Gateway:
         rules = rules.with_endpoints(settings.pool_urls).with_models(settings.pool_models)
         if store is None and settings.redis_url:
-            store = RedisStore(
-                settings.redis_url,
-                settings.redis_prefix,
-                settings.redis_timeout,
-                settings.redis_max_connections,
-                settings.redis_pool_wait,
-            )
+            store = RedisStore.from_settings(settings)
         elif store is None and settings.admin_token is not None:
             store = MemoryStore()
         secret = (
@@ -89,7 +83,10 @@ class Gateway:
             if settings.key_secret
             else secrets.token_bytes(32)
         )  # in-process store: keys die with it anyway
-        access = Access(store, secret, settings.tenancy, settings.policy_cache_ttl)
+        s = settings
+        access = Access(
+            store, secret, s.tenancy, s.policy_cache_ttl, s.policy_stale_max, s.policy_cache_max
+        )
         tel = Telemetry(settings.otlp_endpoint, tenant_label=settings.metrics_tenant_label)
         pools = Pools(dict(rules.tiers), transport)
         gw = cls(settings, store, access, tel, _runtime(rules, pools, tel, store), transport)
@@ -151,16 +148,21 @@ class Gateway:
 
     def prometheus(self) -> bytes:
         """This process's metrics, or with workers, every worker's (labelled by worker)."""
-        own = self.telemetry.prometheus() + self.runtime.pools.prometheus()
+        own = self._own_metrics()
         folder = self.settings.metrics_dir
         if folder is None:
             return own
         return merge(read_snapshots(folder, self.settings.worker_id, own))
 
+    def _own_metrics(self) -> bytes:
+        return (
+            self.telemetry.prometheus() + self.runtime.pools.prometheus() + self.access.prometheus()
+        )
+
     async def _share_metrics(self, folder: Path) -> None:
         while True:
             with contextlib.suppress(OSError):
-                own = self.telemetry.prometheus() + self.runtime.pools.prometheus()
+                own = self._own_metrics()
                 write_snapshot(folder, self.settings.worker_id, own)
             await asyncio.sleep(1.0)
 
@@ -179,6 +181,7 @@ class Gateway:
         for t in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
+        await self.access.close()  # stops renewing slots; writes what usage it still can
         await self.runtime.pools.close()
         await self.telemetry.close()
         if self.store is not None:

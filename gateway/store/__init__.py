@@ -1,6 +1,12 @@
 """Where tenants, keys, limits, usage, the audit log, shadow records and rule versions
-live: one small protocol per concern (``base``), in Redis (``redis_store``) or in this
-process (``memory_store``).
+live: one small protocol per concern (``base``), each concern one module with both its
+implementations, joined in Redis (``redis_store``) or in this process (``memory_store``).
+
+* ``base``        the protocols, :class:`Used`, the caps
+* ``tenants``, ``keys``, ``admission``, ``usage``, ``records`` (audit, shadow),
+  ``versions`` (rules), ``events``   one concern each: its Redis part and its memory part
+* ``redis_conn``  the Redis parts' one connection: URL kinds, key layout, bounded calls
+* ``health``      the breaker and what ``/readyz`` and ``/metrics`` say of the store
 """
 
 from gateway.store.base import (
@@ -8,6 +14,7 @@ from gateway.store.base import (
     AuditStore,
     EventBus,
     KeyStore,
+    Lifecycle,
     ShadowStore,
     Store,
     TenantStore,
@@ -19,6 +26,7 @@ __all__ = (
     "AuditStore",
     "EventBus",
     "KeyStore",
+    "Lifecycle",
     "ShadowStore",
     "Store",
     "TenantStore",

@@ -3,29 +3,34 @@
 One small protocol per concern — :class:`TenantStore`, :class:`KeyStore`,
 :class:`AdmissionStore`, :class:`UsageStore`, :class:`AuditStore`, :class:`ShadowStore`,
 :class:`EventBus`, and the rules' own :class:`gateway.rules.control.RulesVersions` —
-joined as :class:`Store`. Two implementations of every one:
+joined as :class:`Store`. Each concern is one module holding both of its implementations
+(``tenants``, ``keys``, ``admission``, ``usage``, ``records``, ``versions``, ``events``),
+joined twice:
 
-* :class:`gateway.store.redis_store.RedisStore` — shared by every gateway replica. Keys
-  live under one prefix; per-tenant keys carry a ``{tenant}`` hash tag so a cluster keeps
-  them on one shard. Tenant writes are optimistic (WATCH/MULTI, retried), so concurrent
-  admin writes never lose an update. Admission is one Lua call
-  (:mod:`gateway.tenancy.limits`). Every write is announced on a pub/sub channel so other
-  replicas drop their cached copies at once.
+* :class:`gateway.store.redis_store.RedisStore` — shared by every gateway replica: one
+  Redis, a Sentinel-watched master or a Cluster, through one connection helper
+  (:mod:`gateway.store.redis_conn`: key layout, bounded calls, the breaker). Tenant
+  writes are compare-and-set (retried), so concurrent admin writes never lose an update.
+  Admission and settling are one Lua call each (:mod:`gateway.tenancy.limits`), on keys
+  of one hash slot. Every write is announced on a pub/sub channel so other replicas drop
+  their cached copies at once.
 * :class:`gateway.store.memory_store.MemoryStore` — the same in one process: the embedded
   default (one replica).
 
 Errors talking to Redis surface as :class:`StoreUnavailable`; callers decide whether
-to serve from their cache (fail-open) or refuse (fail-closed).
+to serve from their cache (fail-open) or refuse (fail-closed). Whether the store is
+degraded right now is its :attr:`Lifecycle.health`.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gateway.rules.control import RulesVersions
+from gateway.store.health import StoreHealth
 from gateway.tenancy.limits import NO_RESERVE, Admission, Hold, Reserve
 from gateway.tenancy.tenants import ApiKey, Policy, Tenant
 
@@ -39,6 +44,8 @@ class Conflict(Exception):
 
 
 class Lifecycle(Protocol):
+    @property
+    def health(self) -> StoreHealth: ...
     async def ping(self) -> bool: ...
     async def close(self) -> None: ...
 
@@ -66,6 +73,8 @@ class AdmissionStore(Protocol):
         self, tenant_id: str, rid: str, p: Policy, want: Reserve = NO_RESERVE
     ) -> Admission: ...
     async def release(self, tenant_id: str, rid: str) -> None: ...
+    async def renew(self, tenant_id: str, rids: Collection[str]) -> None:
+        """Extend the leases of slots this replica still holds (see ``SLOT_LEASE_MS``)."""
 
 
 class UsageStore(Protocol):
@@ -110,9 +119,9 @@ class Store(
     its argument as the narrow protocol it uses (:class:`KeyStore`, :class:`UsageStore`...)."""
 
 
-def today() -> str:
-    """Today's date (UTC) as the usage key suffix, ``YYYYMMDD``."""
-    return time.strftime("%Y%m%d", time.gmtime())
+def today(at: float | None = None) -> str:
+    """The date (UTC) of ``at`` (default: now) as the usage key suffix, ``YYYYMMDD``."""
+    return time.strftime("%Y%m%d", time.gmtime(at))
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +135,7 @@ class Used:
     fallback: str | None = None
     micro_usd: int = 0
     settle_id: str | None = None  # the request's own id: settling twice counts once
+    at: float = 0.0  # when it was used (epoch s; 0: now): the day and budget period it counts in
 
     @property
     def tokens(self) -> int:

@@ -3,9 +3,13 @@
 Requests/minute and tokens/minute are token buckets (capacity = the per-minute limit,
 refilled continuously); a request needs one request token, and the tokens bucket must
 not be empty (actual usage is debited when the answer is known, so a big answer makes
-the next requests wait). Concurrency is a set of in-flight request ids with an expiry,
-so a replica that dies cannot leak slots. Budgets compare the period's counter to the
-budget, and the counter holds the reservations of the requests still running: admission
+the next requests wait). Concurrency is a set of in-flight request ids, each a *lease*:
+it expires :data:`SLOT_LEASE_MS` after it was taken or last renewed, and its holder renews
+it while the request runs (every :data:`SLOT_RENEW_S`). A replica that dies or a release
+that is lost leaves a slot that comes back within one lease; an admission that reaches
+Redis after its caller stopped waiting (``ARGV[13]``, checked against Redis's own clock)
+takes no slot at all. Budgets compare the period's counter to the budget, and the
+counter holds the reservations of the requests still running: admission
 adds a request's worst case (:class:`Reserve`: its prompt plus ``max_tokens``, at the
 dearest tier it may use) and the end of the request settles it (:class:`Hold`), replacing
 the reservation by what it really used. A request is admitted while the counter is below
@@ -20,13 +24,18 @@ per-replica fallback while Redis is unreachable).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
 from gateway.tenancy.tenants import Policy
 
 Denied = Literal["requests", "tokens", "concurrency", "budget", "cost_budget"]
-SLOT_TTL_MS = 15 * 60 * 1000  # an in-flight slot nobody released expires after this
+SLOT_LEASE_MS = 10_000  # a slot its holder stopped renewing is free again after this
+SLOT_RENEW_S = 2.5  # how often a holder renews its slots (four times per lease)
+SETTLED_WINDOW_MS = 3_600_000  # a settle retried within this counts once ...
+SETTLED_MAX = 20_000  # ... among a tenant's latest this many settles (bounded bookkeeping)
+USAGE_TTL_S = 40 * 86400
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,9 +99,17 @@ def budget_period(period: str, now: float) -> str:
 
 
 # KEYS: rpm bucket, tpm bucket, concurrency zset, budget counter, cost counter (micro-USD)
-# ARGV: now_ms, rpm, tpm, max_conc, budget, request id, slot ttl, cost budget (0 = no limit),
-#       tokens to reserve, micro-USD to reserve, budget counter ttl s, cost counter ttl s
+# ARGV: now_ms, rpm, tpm, max_conc, budget, request id, slot lease ms, cost budget (0 = no
+#       limit), tokens to reserve, micro-USD to reserve, budget counter ttl s, cost counter
+#       ttl s, not after (Redis's clock, ms; 0: no check): the caller has given up by then
 ADMIT_LUA = """
+local not_after = tonumber(ARGV[13] or '0')
+if not_after > 0 then
+  local t = redis.call('TIME')
+  if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > not_after then
+    return {0, 'late', 0, -1, -1}
+  end
+end
 local now = tonumber(ARGV[1])
 local rpm, tpm = tonumber(ARGV[2]), tonumber(ARGV[3])
 local conc, budget = tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -152,21 +169,32 @@ end
 return {1, '', 0, math.floor(rt), math.floor(tt)}
 """
 
-# KEYS: tpm bucket, budget counter, cost counter, the held budget and cost counters
+# KEYS: tpm bucket, budget counter, cost counter, the held budget and cost counters, the
+#       usage hash, the settled zset
 # ARGV: now_ms, tpm, tokens, budget ttl seconds, micro-USD, cost counter ttl seconds,
 #       tokens held, micro-USD held (given back to the held counters, which may be of an
-#       earlier period; one that expired meanwhile has nothing to give back)
+#       earlier period; one that expired meanwhile has nothing to give back), usage ttl s,
+#       settle id ('' : none), settled window ms, settled max, then usage field/amount pairs
+# The settled zset holds the ids settled in the window, the latest SETTLED_MAX of them: one
+# key per tenant, not one per request.
 DEBIT_LUA = """
-if KEYS[6] and not redis.call('SET', KEYS[6], '1', 'NX', 'EX', 86400) then
-  return 0  -- settled already (a retry after a lost reply): count it once
+local now = tonumber(ARGV[1])
+if ARGV[10] ~= '' then
+  redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', now - tonumber(ARGV[11]))
+  if redis.call('ZADD', KEYS[7], 'NX', now, ARGV[10]) == 0 then
+    return 0  -- settled already (a retry after a lost reply): count it once
+  end
+  local n, cap = redis.call('ZCARD', KEYS[7]), tonumber(ARGV[12])
+  if n > cap then redis.call('ZREMRANGEBYRANK', KEYS[7], 0, n - cap - 1) end
+  redis.call('PEXPIRE', KEYS[7], tonumber(ARGV[11]))
 end
-local now, tpm, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local tpm, n = tonumber(ARGV[2]), tonumber(ARGV[3])
 if tpm > 0 then
   local b = redis.call('HMGET', KEYS[1], 't', 'ts')
   local tokens, ts = tonumber(b[1]), tonumber(b[2])
   if tokens == nil then tokens, ts = tpm, now end
-  tokens = math.min(tpm, tokens + (now - ts) * tpm / 60000) - n
-  redis.call('HSET', KEYS[1], 't', tokens, 'ts', now)
+  tokens = math.min(tpm, tokens + math.max(0, now - ts) * tpm / 60000) - n
+  redis.call('HSET', KEYS[1], 't', tokens, 'ts', math.max(now, ts))
   redis.call('PEXPIRE', KEYS[1], 120000)
 end
 redis.call('INCRBY', KEYS[2], n)
@@ -183,6 +211,10 @@ end
 if held_m > 0 and redis.call('EXISTS', KEYS[5]) == 1 then
   redis.call('DECRBY', KEYS[5], held_m)
 end
+for i = 13, #ARGV, 2 do
+  redis.call('HINCRBY', KEYS[6], ARGV[i], tonumber(ARGV[i + 1]))
+end
+redis.call('EXPIRE', KEYS[6], tonumber(ARGV[9]))
 return 1
 """
 
@@ -260,7 +292,7 @@ class LocalLimiter:
                 del slots[r]
             if len(slots) >= p.max_concurrent_requests:
                 return Admission(False, "concurrency", 1.0)
-            slots[rid] = now + SLOT_TTL_MS / 1000
+            slots[rid] = now + SLOT_LEASE_MS / 1000
         if rt is not None:
             self._rpm[tenant].tokens = rt - 1
         return Admission(
@@ -284,6 +316,14 @@ class LocalLimiter:
 
     def release(self, tenant: str, rid: str) -> None:
         self._inflight.get(tenant, {}).pop(rid, None)
+
+    def renew(self, tenant: str, rids: Iterable[str], now: float | None = None) -> None:
+        """Extend the leases of ``rids`` that are still held (a released one stays free)."""
+        until = (time.time() if now is None else now) + SLOT_LEASE_MS / 1000
+        slots = self._inflight.get(tenant, {})
+        for rid in rids:
+            if rid in slots:
+                slots[rid] = until
 
     def debit(
         self,

@@ -1,0 +1,101 @@
+"""Usage (:class:`~gateway.store.base.UsageStore`): what answered requests used, counted
+against the limits and kept as daily statistics, in Redis and in this process.
+
+Redis: settling a request is one :data:`~gateway.tenancy.limits.DEBIT_LUA` call on the
+tenant's hash slot: it gives back the admission's reservation, debits the tokens bucket
+and the budget counters, and adds to the day's usage hash, all or nothing. It is
+idempotent by the request's id (``settle_id``), so a retry after a lost reply, or a
+replay of usage that could not be written while Redis was away, counts once; the ids are
+kept in one bounded sorted set per tenant (``{tenant}:settled``: the last hour, at most
+:data:`~gateway.tenancy.limits.SETTLED_MAX`). ``Used.at`` says when the usage happened,
+so a late replay counts in its own day and budget period.
+"""
+
+from __future__ import annotations
+
+import time
+
+from gateway.store.admission import MemoryLimits
+from gateway.store.base import Used, today, usage_fields
+from gateway.store.redis_conn import RedisConn, RedisPart
+from gateway.tenancy.limits import (
+    DEBIT_LUA,
+    SETTLED_MAX,
+    SETTLED_WINDOW_MS,
+    USAGE_TTL_S,
+    Hold,
+    budget_period,
+    period_ttl,
+)
+from gateway.tenancy.tenants import Policy
+
+
+class RedisUsage(RedisPart):
+    def __init__(self, c: RedisConn):
+        super().__init__(c)
+        self._debit = c.script(DEBIT_LUA)
+
+    async def record_usage(
+        self,
+        tenant_id: str,
+        used: Used,
+        p: Policy,
+        hold: Hold | None = None,
+    ) -> None:
+        c = self._c
+        now = time.time()
+        at = used.at or now
+        tp = budget_period(p.token_budget.period if p.token_budget else "day", at)
+        cp = budget_period(p.cost_budget.period if p.cost_budget else "day", at)
+        keys = [
+            c.t(tenant_id, "tpm"),
+            c.t(tenant_id, "budget:" + tp),
+            c.t(tenant_id, "cost:" + cp),
+            c.t(tenant_id, "budget:" + (hold.token_period if hold else tp)),
+            c.t(tenant_id, "cost:" + (hold.cost_period if hold else cp)),
+            c.t(tenant_id, "usage:" + today(at)),
+            c.t(tenant_id, "settled"),
+        ]
+        args: list[str | int] = [
+            int(now * 1000),
+            p.tokens_per_minute or 0,
+            used.tokens,
+            period_ttl(tp),
+            used.micro_usd,
+            period_ttl(cp),
+            hold.tokens if hold else 0,
+            hold.micro_usd if hold else 0,
+            USAGE_TTL_S,
+            used.settle_id or "",
+            SETTLED_WINDOW_MS,
+            SETTLED_MAX,
+        ]
+        for field, n in usage_fields(used):
+            args += [field, n]
+        await c.call(self._debit(keys=keys, args=args))
+
+    async def usage(self, tenant_id: str, day: str | None = None) -> dict[str, int]:
+        c = self._c
+        raw = await c.call(c.r.hgetall(c.t(tenant_id, "usage:" + (day or today()))))
+        return {k.decode(): int(v) for k, v in raw.items()}
+
+
+class MemoryUsage(MemoryLimits):
+    def __init__(self) -> None:
+        super().__init__()
+        self._usage: dict[tuple[str, str], dict[str, int]] = {}
+
+    async def record_usage(
+        self,
+        tenant_id: str,
+        used: Used,
+        p: Policy,
+        hold: Hold | None = None,
+    ) -> None:
+        u = self._usage.setdefault((tenant_id, today(used.at or None)), {})
+        for k, n in usage_fields(used):
+            u[k] = u.get(k, 0) + n
+        self._limiter.debit(tenant_id, used.tokens, p, used.micro_usd, hold)
+
+    async def usage(self, tenant_id: str, day: str | None = None) -> dict[str, int]:
+        return dict(self._usage.get((tenant_id, day or today()), {}))

@@ -1,0 +1,78 @@
+"""Rule versions (:class:`~gateway.rules.control.RulesVersions`): every accepted rules
+text, numbered, and which one is current, in Redis and in this process.
+
+Redis: ``rules:seq`` numbers them, ``rules:v:<n>`` holds each text, ``rules:meta`` lists
+who stored which (the last :data:`~gateway.store.base.RULES_MAX`), ``rules:current`` says
+which one runs. A text is stored before it is listed, so a listed version always reads.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from gateway.store.base import RULES_MAX
+from gateway.store.redis_conn import RedisPart
+
+
+class RedisRules(RedisPart):
+    async def save_rules(self, text: str, meta: dict[str, Any]) -> int:
+        c = self._c
+        version = int(await c.call(c.r.incr(c.k("rules", "seq"))))
+        await c.call(c.r.set(c.k("rules", "v", str(version)), text))
+        await c.call(c.r.rpush(c.k("rules", "meta"), orjson.dumps({"version": version, **meta})))
+        return version
+
+    async def set_current_rules(self, version: int) -> None:
+        await self._c.call(self._c.r.set(self._c.k("rules", "current"), version))
+
+    async def current_rules(self) -> tuple[int, str] | None:
+        cur = await self._c.call(self._c.r.get(self._c.k("rules", "current")))
+        if cur is None:
+            return None
+        text = await self.rules_text(int(cur))
+        return (int(cur), text) if text is not None else None
+
+    async def rules_versions(self) -> list[dict[str, Any]]:
+        c = self._c
+        cur = await c.call(c.r.get(c.k("rules", "current")))
+        raws = await c.call(c.r.lrange(c.k("rules", "meta"), -RULES_MAX, -1))
+        out = [orjson.loads(r) for r in raws]
+        for m in out:
+            m["current"] = cur is not None and m["version"] == int(cur)
+        return list(out)
+
+    async def rules_text(self, version: int) -> str | None:
+        raw = await self._c.call(self._c.r.get(self._c.k("rules", "v", str(version))))
+        return raw.decode() if raw is not None else None
+
+
+class MemoryRules:
+    def __init__(self) -> None:
+        super().__init__()
+        self._rules: list[tuple[str, dict[str, Any]]] = []
+        self._current: int | None = None
+
+    async def save_rules(self, text: str, meta: dict[str, Any]) -> int:
+        self._rules.append((text, meta))
+        return len(self._rules)
+
+    async def set_current_rules(self, version: int) -> None:
+        self._current = version
+
+    async def current_rules(self) -> tuple[int, str] | None:
+        if self._current is None:
+            return None
+        return self._current, self._rules[self._current - 1][0]
+
+    async def rules_versions(self) -> list[dict[str, Any]]:
+        return [
+            {"version": i + 1, **m, "current": i + 1 == self._current}
+            for i, (_, m) in enumerate(self._rules)
+        ]
+
+    async def rules_text(self, version: int) -> str | None:
+        if 1 <= version <= len(self._rules):
+            return self._rules[version - 1][0]
+        return None
