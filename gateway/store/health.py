@@ -56,8 +56,9 @@ class StoreHealth:
     def succeeded(self) -> None:
         self._in_a_row = 0
 
-    def failed(self, reason: str) -> bool:
-        """Count a failed call; True when this one opened the breaker."""
+    def failed(self, reason: str, detail: str = "") -> bool:
+        """Count a failed call; True when this one opened the breaker. ``detail`` (the
+        error itself) goes only to the log line that says the store went bad."""
         self.errors[reason] = self.errors.get(reason, 0) + 1
         self._in_a_row += 1
         if self.reason is not None or self._in_a_row < self.failures:
@@ -65,7 +66,10 @@ class StoreHealth:
         self.reason, self._since = reason, time.monotonic()
         self.outages += 1
         log.warning(
-            "store degraded: %s (%s); serving from what this replica knows", reason, self.kind
+            "store degraded: %s (%s%s); serving what this replica knows",
+            reason,
+            self.kind,
+            f": {detail[:200]}" if detail else "",
         )
         self._tell(True)
         return True

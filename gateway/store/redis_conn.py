@@ -59,6 +59,7 @@ _REASONS: tuple[tuple[type[BaseException], str], ...] = (
 )
 _CODE = re.compile(r"^([A-Z]{3,20})\b")  # a Redis error code: BUSY, MISCONF, NOREPLICAS...
 _SPARE = 8  # connections beyond the in-flight limit: pub/sub and the probe
+_MAP_TIMEOUTS = 5  # a Cluster's first call may take this many timeouts to map it
 
 
 def reason_of(e: BaseException) -> str:
@@ -93,6 +94,7 @@ class RedisConn:
         self.r: Any = self._client(max_connections + _SPARE)
         self._probe: asyncio.Task[None] | None = None
         self._next_node = 0  # the cluster node the next subscriber connects to
+        self._mapped = False  # a Cluster client has mapped the cluster
 
     def _client(self, size: int) -> Any:
         t = self.target
@@ -147,6 +149,8 @@ class RedisConn:
         except StoreUnavailable:
             _discard(aw)
             raise
+        if self.cluster and not self._mapped:
+            await self._map(aw)
         try:
             async with asyncio.timeout(self.pool_wait):
                 await self._slots.acquire()
@@ -159,15 +163,29 @@ class RedisConn:
                 out = await aw
         except Exception as e:
             reason = reason_of(e)
-            self._failed(reason)
+            self._failed(reason, e)
             raise StoreUnavailable(reason) from None
         finally:
             self._slots.release()
         self.health.succeeded()
         return out
 
-    def _failed(self, reason: str) -> None:
-        if self.health.failed(reason) and (self._probe is None or self._probe.done()):
+    async def _map(self, aw: Awaitable[Any]) -> None:
+        """A Cluster client's first call maps the cluster (its nodes, slots and command
+        table: CPU-bound, ~0.7 s on a busy machine) within a bound of its own, once."""
+        try:
+            async with asyncio.timeout(self.timeout * _MAP_TIMEOUTS):
+                await self.r.initialize()
+        except Exception as e:
+            _discard(aw)
+            reason = reason_of(e)
+            self._failed(reason, e)
+            raise StoreUnavailable(reason) from None
+        self._mapped = True
+
+    def _failed(self, reason: str, e: BaseException | None = None) -> None:
+        detail = f"{type(e).__name__}: {e}" if e is not None else ""
+        if self.health.failed(reason, detail) and (self._probe is None or self._probe.done()):
             self._probe = asyncio.get_running_loop().create_task(self._probe_until_back())
 
     async def _probe_until_back(self) -> None:
