@@ -65,7 +65,11 @@ class Settings(BaseSettings):
         default=0.5, gt=0, le=10, description="seconds to wait for a free Redis connection"
     )
     redis_breaker_failures: int = Field(
-        default=3, ge=1, le=1000, description="failed Redis calls in a row that open the breaker"
+        default=3,
+        ge=1,
+        le=1000,
+        description="failed Redis calls in a row (over at least GATEWAY_REDIS_TIMEOUT) that "
+        "open the breaker",
     )
     redis_probe_interval: float = Field(
         default=0.5, gt=0, le=60, description="seconds between probes while the breaker is open"

@@ -132,30 +132,48 @@ def test_every_store_error_has_a_host_free_reason(error: Exception, reason: str)
 # -- the breaker --------------------------------------------------------------------------------
 
 
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
 def test_breaker_opens_after_failures_in_a_row_and_logs_once_each_way(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    h = StoreHealth("single", failures=3)
+    clock = _Clock()
+    h = StoreHealth("single", failures=3, span=0.5, clock=clock)
     seen: list[bool] = []
     h.on_change(seen.append)
     caplog.set_level(logging.WARNING, "gateway.store")
-    assert [h.failed("timed out"), h.failed("timed out")] == [False, False]
+    assert [h.failed("timed out") for _ in range(20)] == [False] * 20  # one wave: not yet
     h.succeeded()  # a success in between: the count starts over
-    assert [h.failed("timed out") for _ in range(3)] == [False, False, True]
-    assert h.degraded and h.state()["reason"] == "timed out"
+    clock.t += 1.0
+    assert [h.failed("timed out"), h.failed("timed out")] == [False, False]
+    clock.t += 0.5  # the same store still failing a timeout later
+    assert h.failed("timed out", "TimeoutError: Timeout reading from 10.0.0.5:6379")
+    assert h.degraded and h.state() == {
+        "kind": "single",
+        "state": "degraded",
+        "reason": "timed out",
+        "for_s": 0.0,
+    }
     for _ in range(50):
         h.failed("read-only replica")  # already open: nothing more is said
         with pytest.raises(StoreUnavailable, match="degraded, timed out"):
             h.check()
     h.still("read-only replica")
     assert h.state()["reason"] == "read-only replica"
+    clock.t += 2.0
     h.recovered()
     h.recovered()
     h.check()  # closed: calls go through
     assert seen == [True, False] and h.refused == 50 and h.outages == 1
     lines = [r.getMessage() for r in caplog.records if r.name == "gateway.store"]
-    assert len(lines) == 2 and lines[0].startswith("store degraded: timed out")
-    assert lines[1].startswith("store back after")
+    assert len(lines) == 2 and lines[0].startswith("store degraded: timed out (single: Timeout")
+    assert lines[1] == "store back after 2.0 s"
     text = h.prometheus().decode()
     assert 'gateway_store_degraded{kind="single"} 0' in text
     assert 'gateway_store_errors_total{reason="read-only replica"} 50' in text
@@ -169,10 +187,10 @@ def test_a_dead_redis_is_refused_at_once_and_the_probe_closes_the_breaker(tmp_pa
     async def run() -> None:
         store = RedisStore(f"redis://127.0.0.1:{port}/0", "gwbreak:", timeout=0.3)
         try:
-            for _ in range(3):
+            while not store.health.degraded:  # refused at once: over one timeout, it opens
                 with pytest.raises(StoreUnavailable, match="unreachable"):
                     await store.get_tenant("t")
-            assert store.health.degraded
+                await asyncio.sleep(0.05)
             refused = store.health.refused
             with pytest.raises(StoreUnavailable, match="degraded"):
                 await store.get_tenant("t")
@@ -435,6 +453,7 @@ def test_store_down_limits_fail_open_or_closed_by_policy(
         access = Access(store, b"s", True, 30.0)
         await access.authenticate("Bearer gk-1")  # seen while the store answered
         store.down = True
+        store.health.span = 0.0
         for _ in range(3):
             store.health.failed("unreachable")
         out = []

@@ -77,6 +77,11 @@ class Access:
         """The store's breaker is open right now."""
         return self.store is not None and self.store.health.degraded
 
+    @property
+    def _blind(self) -> bool:
+        """The store failed its latest call: a fail-closed policy is not served from memory."""
+        return self.store is not None and self.store.health.failing
+
     def digest(self, key: str) -> str:
         return key_digest(self._secret, key)
 
@@ -105,7 +110,7 @@ class Access:
         now = time.monotonic()
         entry = self.cache.get(digest)
         fresh = entry is not None and self.cache.fresh(entry, now)
-        if entry is not None and fresh and not (entry.eff.policy.fail_closed and self.degraded):
+        if entry is not None and fresh and not (entry.eff.policy.fail_closed and self._blind):
             return entry.eff
         if entry is None and self.cache.missing_recently(digest, now):
             raise Unauthorized("Incorrect API key provided.")

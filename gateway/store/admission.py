@@ -5,8 +5,9 @@ tenant's hash slot) and in this process (:class:`~gateway.tenancy.limits.LocalLi
 An admission that reaches Redis after its caller stopped waiting does nothing: the script
 is told the latest moment the caller still waits for (``not_after``, its own clock plus
 the call's bound) and compares it with Redis's clock. If a reply comes back ``late``
-although the caller did wait, the two clocks disagree: the call is repeated without the
-check (and said once in the log).
+although the caller did wait (the two clocks disagree, or this process's event loop was
+held up past the bound), the call is repeated without the check (and said once in the
+log).
 """
 
 from __future__ import annotations
@@ -68,13 +69,17 @@ class RedisAdmission(RedisPart):
             hold.micro_usd if hold else 0,
             period_ttl(tp),
             period_ttl(cp),
-            int((now + c.pool_wait + c.timeout) * 1000),  # not after: the caller gave up
+            int((now + c.bound) * 1000),  # not after: the caller has given up by then
         ]
         res = await c.call(self._admit(keys=keys, args=args))
         if _late(res):
             if not self._skew_said:
                 self._skew_said = True
-                log.warning("Redis's clock is ahead of this host's: admissions skip the check")
+                log.warning(
+                    "an admission reached Redis after its deadline although its reply was "
+                    "awaited (a busy event loop, or Redis's clock ahead of this host's): "
+                    "run again without the check"
+                )
             res = await c.call(self._admit(keys=keys, args=[*args[:-1], 0]))
         adm = admission_from_lua(res, p)
         return dataclasses.replace(adm, hold=hold) if adm.ok and hold is not None else adm

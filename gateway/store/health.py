@@ -2,10 +2,13 @@
 
 Every failed call counts, whatever the reason (unreachable, timed out, read-only replica,
 out of memory, loading, a script busy, a cluster slot moved...). ``failures`` of them in a
-row open the breaker: the store is *degraded*. While it is open, calls fail at once (a
-stalled store stops costing every request its timeout) and a probe tries the store every
-``probe_interval`` seconds; the first probe that succeeds closes it. Degraded is one mode,
-whatever made it: the data plane serves what it has seen (:mod:`gateway.access.guard`).
+row, over at least ``span`` seconds (the call timeout), open the breaker: the store is
+*degraded*. The span keeps one wave of calls that time out together (a process starved of
+CPU for a moment) from opening it; a store that still fails a timeout later does. While
+it is open, calls fail at once (a stalled store stops costing every request its timeout)
+and a probe tries the store every ``probe_interval`` seconds; the first probe that
+succeeds closes it. Degraded is one mode, whatever made it: the data plane serves what it
+has seen (:mod:`gateway.access.guard`).
 
 It logs one line when the store goes bad and one when it comes back, never one per call,
 and tells ``/readyz`` (:meth:`StoreHealth.state`) and ``/metrics``
@@ -27,13 +30,23 @@ log = logging.getLogger("gateway.store")
 class StoreHealth:
     """The breaker's state; pure bookkeeping (the store runs the calls and the probe)."""
 
-    def __init__(self, kind: str, failures: int = 3, probe_interval: float = 0.5):
+    def __init__(
+        self,
+        kind: str,
+        failures: int = 3,
+        probe_interval: float = 0.5,
+        span: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.kind = kind  # "memory", "single", "sentinel", "cluster"
         self.failures = failures
         self.probe_interval = probe_interval
+        self.span = span
+        self._clock = clock
         self.reason: str | None = None  # why it is degraded; None: healthy
-        self._since = time.monotonic()
+        self._since = clock()
         self._in_a_row = 0
+        self._first = 0.0  # when the failures in a row began
         self.errors: dict[str, int] = {}  # failed calls by reason
         self.refused = 0  # calls failed at once because the breaker was open
         self.outages = 0
@@ -42,6 +55,11 @@ class StoreHealth:
     @property
     def degraded(self) -> bool:
         return self.reason is not None
+
+    @property
+    def failing(self) -> bool:
+        """Degraded, or the latest call failed (the breaker may not be open yet)."""
+        return self.reason is not None or self._in_a_row > 0
 
     def on_change(self, listener: Callable[[bool], None]) -> None:
         """Call ``listener(degraded)`` on every transition."""
@@ -60,10 +78,15 @@ class StoreHealth:
         """Count a failed call; True when this one opened the breaker. ``detail`` (the
         error itself) goes only to the log line that says the store went bad."""
         self.errors[reason] = self.errors.get(reason, 0) + 1
+        now = self._clock()
+        if self._in_a_row == 0:
+            self._first = now
         self._in_a_row += 1
         if self.reason is not None or self._in_a_row < self.failures:
             return False
-        self.reason, self._since = reason, time.monotonic()
+        if now - self._first < self.span:
+            return False
+        self.reason, self._since = reason, now
         self.outages += 1
         log.warning(
             "store degraded: %s (%s%s); serving what this replica knows",
@@ -83,8 +106,9 @@ class StoreHealth:
         """A probe succeeded: close the breaker."""
         if self.reason is None:
             return
-        took = time.monotonic() - self._since
-        self.reason, self._since, self._in_a_row = None, time.monotonic(), 0
+        now = self._clock()
+        took = now - self._since
+        self.reason, self._since, self._in_a_row = None, now, 0
         log.warning("store back after %.1f s", took)
         self._tell(False)
 
@@ -100,7 +124,7 @@ class StoreHealth:
         out: dict[str, Any] = {"kind": self.kind, "state": "degraded" if self.reason else "ok"}
         if self.reason is not None:
             out["reason"] = self.reason
-            out["for_s"] = round(time.monotonic() - self._since, 1)
+            out["for_s"] = round(self._clock() - self._since, 1)
         return out
 
     def prometheus(self) -> bytes:

@@ -3,12 +3,14 @@ shares: the client (one Redis, Sentinel or Cluster), the key layout, and :meth:`
 the only way a command reaches Redis.
 
 ``call`` bounds every command: it waits at most ``pool_wait`` for one of
-``max_connections`` in-flight slots, then at most ``timeout`` for the answer (redis-py's
-one reconnect included). Whatever goes wrong (unreachable, timed out, read-only, out of
-memory, loading, busy, a moved slot, a cluster that cannot be reached...) is one
-:class:`~gateway.errors.StoreUnavailable` whose message names the reason only, never a
-host or a port, and counts against the breaker (:class:`~gateway.store.health.StoreHealth`);
-while it is open, ``call`` refuses at once and a probe tries Redis in the background.
+``max_connections`` in-flight slots, then at most two ``timeout`` for the answer (a
+connection to open or reopen once, then the command; each socket operation is itself
+bounded by ``timeout``): :attr:`RedisConn.bound` in all, 1.5 s by default. Whatever goes
+wrong (unreachable, timed out, read-only, out of memory, loading, busy, a moved slot, a
+cluster that cannot be reached...) is one :class:`~gateway.errors.StoreUnavailable` whose
+message names the reason only, never a host or a port, and counts against the breaker
+(:class:`~gateway.store.health.StoreHealth`); while it is open, ``call`` refuses at once
+and a probe tries Redis in the background.
 
 Key layout: every key starts with the prefix; a tenant's keys carry a ``{tenant}`` hash
 tag (:meth:`RedisConn.t`), so on a Cluster every script's keys are in one slot. Writes of
@@ -88,7 +90,7 @@ class RedisConn:
         self.timeout = timeout
         self.pool_wait = timeout if pool_wait is None else pool_wait
         self.cluster = target.kind == "cluster"
-        self.health = health or StoreHealth(target.kind)
+        self.health = health or StoreHealth(target.kind, span=timeout)
         self._slots = asyncio.Semaphore(max_connections)
         self._sentinel: Sentinel | None = None
         self.r: Any = self._client(max_connections + _SPARE)
@@ -123,6 +125,11 @@ class RedisConn:
         return self._sentinel.master_for(
             t.master, db=t.db, retry_on_error=[rx.ConnectionError], **common
         )
+
+    @property
+    def bound(self) -> float:
+        """The longest one call waits, in seconds."""
+        return self.pool_wait + 2 * self.timeout
 
     # -- key layout ---------------------------------------------------------------------------
     def k(self, *parts: str) -> str:
@@ -159,7 +166,7 @@ class RedisConn:
             self._failed("no free connection")
             raise StoreUnavailable("no free connection") from None
         try:
-            async with asyncio.timeout(self.timeout):
+            async with asyncio.timeout(2 * self.timeout):
                 out = await aw
         except Exception as e:
             reason = reason_of(e)

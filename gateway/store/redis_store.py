@@ -47,7 +47,9 @@ class RedisStore(
     def from_settings(cls, s: Settings) -> RedisStore:
         assert s.redis_url is not None
         kind = store_target(s.redis_url).kind
-        health = StoreHealth(kind, s.redis_breaker_failures, s.redis_probe_interval)
+        health = StoreHealth(
+            kind, s.redis_breaker_failures, s.redis_probe_interval, span=s.redis_timeout
+        )
         return cls(
             s.redis_url,
             s.redis_prefix,
