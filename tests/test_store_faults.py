@@ -105,9 +105,9 @@ def test_sentinel_failover_under_load(engines: dict[str, str], tmp_path: Path) -
             assert_served(load, proc)
             assert load.statuses() == {200: len(load.results)}
             assert wait_for(lambda: store_state(base) == "ok", timeout=10), store_lines(proc)
-            fresh, _, key2 = tenant_eventually(proc)  # written to the new master
-            assert replica.cli("exists", f"{prefix}{{{fresh}}}:tenant") == "1"
-            assert chat(base, key2)[0] == 200
+            fresh, _, key2 = tenant_eventually(proc, {"requests_per_minute": 3})
+            assert replica.cli("exists", f"{prefix}{{{fresh}}}:tenant") == "1"  # the new master
+            assert [chat(base, key2)[0] for _ in range(5)] == [200, 200, 200, 429, 429]
             assert wait_for(lambda: inflight(replica, prefix, tenant) == 0, timeout=15)
         finally:
             proc.stop()

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -522,3 +525,65 @@ def test_every_kind_of_redis_keeps_the_same_contract(kind: str, store_urls: dict
             await store.close()
 
     asyncio.run(run())
+
+
+# -- start-up and a full memory -----------------------------------------------------------------
+
+
+def test_an_unsupported_store_url_is_one_line_and_exit_2() -> None:
+    env = {
+        **os.environ,
+        "GATEWAY_REDIS_URL": "memcached://:s3cret@cache:11211",
+        "GATEWAY_KEY_SECRET": "k" * 16,
+    }
+    r = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "serve", "--port", str(free_port())],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "s3cret" not in r.stderr
+    assert r.stderr.strip().splitlines() == [
+        "error: bad settings: GATEWAY_REDIS_URL: unsupported store URL scheme 'memcached://'; "
+        "use redis://, rediss://, unix://, redis+sentinel:// or redis+cluster://"
+    ]
+
+
+def test_a_full_memory_is_degraded_and_no_usage_is_lost(tmp_path: Path) -> None:
+    """maxmemory reached: settling still counts (one script, which Redis lets write), plain
+    writes fail as OOM until the breaker opens; the usage of the degraded time is kept and
+    written once Redis has room again (OOM used to escape the usage task: usage lost)."""
+
+    async def run(redis: RedisProc) -> tuple[int, str | None, int, dict[str, int]]:
+        store = RedisStore(redis.url, "gwoom:", timeout=0.3)
+        access = Access(store, b"s", True, 30.0)
+        eff = Effective(Policy(), tenant_id="ten_oom")
+        try:
+            redis.cli("config", "set", "maxmemory", "1")
+            for i in range(3):
+                await access.done(eff, f"adm_{i}", "standard", {"prompt_tokens": 1}, None)
+            counted = (await store.usage("ten_oom"))["requests"]
+            while not store.health.degraded:  # an admin write each 0.1 s: OOM
+                with pytest.raises(StoreUnavailable):
+                    await store.create_tenant(Tenant(id="ten_x", name="x"))
+                await asyncio.sleep(0.1)
+            reason = store.health.reason
+            for i in range(3, 6):
+                await access.done(eff, f"adm_{i}", "standard", {"prompt_tokens": 1}, None)
+            waiting = len(access.backlog or [])
+            redis.cli("config", "set", "maxmemory", "0")
+            deadline = time.monotonic() + 10
+            while access.backlog and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            return counted, reason, waiting, await store.usage("ten_oom")
+        finally:
+            await access.close()
+            await store.close()
+
+    with redis_procs() as procs:
+        redis = RedisProc(tmp_path, "--maxmemory-policy", "noeviction")
+        procs.append(redis)
+        counted, reason, waiting, usage = asyncio.run(run(redis))
+    assert counted == 3 and reason == "out of memory" and waiting == 3
+    assert usage["requests"] == 6 and usage["prompt_tokens"] == 6
