@@ -7,9 +7,10 @@ Given a :class:`Call`, try its tiers in order within the request's deadline:
 * An attempt fails on a 5xx/429/408 answer, a connection error, a timeout (first token,
   stall, its budget), a malformed answer, or a failed quality check. The next tier is
   tried at once: waiting helps the tier that failed, not the other one.
-* A transient fault (a reset, 500, 502, 503, 429) is retried once on the same tier after
-  a short jittered wait, or the engine's ``Retry-After``, when the budget allows;
-  tenacity owns those waits. The time waited is reported, not counted as overhead.
+* A transient fault (a reset, 500, 502, 503, 429: :mod:`gateway.dispatch.fallback`) is
+  retried once on the same tier after a short jittered wait, or the engine's
+  ``Retry-After``, when the budget allows; tenacity owns those waits. The time waited is
+  reported, not counted as overhead.
 * An engine's other 4xx is the request's own fault: relayed, never retried.
 * When the last tier fails a check, the rule says what happens (``on_last_failure``):
   ``deliver`` the answer with ``x-gateway-checks-failed``, or answer with an error.
@@ -40,18 +41,18 @@ from gateway.dispatch.budget import MIN_ATTEMPT_S, Kind, LatencyBook, reserve
 from gateway.dispatch.call import Call
 from gateway.dispatch.complete import Completer
 from gateway.dispatch.continuation import Continuer
+from gateway.dispatch.fallback import all_failed, verdict
 from gateway.dispatch.hedge import BothFailed, HedgeBudget, race
 from gateway.dispatch.opening import Opening, StreamOpener
 from gateway.dispatch.outcome import BridgePlan, Failure, Outcome, Trail
 from gateway.dispatch.relay import StreamRelay
-from gateway.errors import RateLimited, UpstreamFailed, UpstreamTimeout
 from gateway.request.model import ClientRequest
 from gateway.routing.router import RouteDecision
 from gateway.rules.schema import Dispatch
 from gateway.telemetry.recorder import Telemetry
+from gateway.upstream.failures import AttemptFailed, DeadlineSpent, UpstreamStatus
 from gateway.upstream.pools import Pools
 from gateway.upstream.scheduler import ANYONE, Ticket
-from gateway.upstream.transport import AttemptError
 
 T = TypeVar("T")
 log = logging.getLogger("gateway.dispatch")
@@ -77,7 +78,7 @@ class _StopAt(stop_base):
 
 
 def _transient(exc: BaseException) -> bool:
-    return isinstance(exc, AttemptError) and exc.transient
+    return isinstance(exc, AttemptFailed) and verdict(exc).same_tier
 
 
 class Dispatcher:
@@ -144,7 +145,7 @@ class Dispatcher:
     ) -> tuple[str, T]:
         """Try ``tiers`` in order; the first answer wins. Raises when every tier failed.
         With ``hedge`` (a request's own tiers, not a continuation's), the rule's hedging."""
-        last_error = AttemptError("deadline", "no time left for an attempt", timeout=True)
+        last_error: AttemptFailed = DeadlineSpent("no time left for an attempt")
         i = 0
         if hedge and call.d.hedge_after is not None and len(tiers) > 1:
             self.hedges.earn()
@@ -152,18 +153,18 @@ class Dispatcher:
                 return await self._hedged(call, tiers, attempt, trail)
             except BothFailed as e:
                 last_error, i = e.last, 2
-            except AttemptError as e:
+            except AttemptFailed as e:
                 last_error, i = e, 1
-            if not last_error.retryable:
-                raise self._give_up(last_error, trail) from None
+            if not verdict(last_error).next_tier:
+                raise all_failed(last_error, trail.failures) from None
         for tier in tiers[i:]:
             try:
                 return tier, await self._tier(tier, attempt, self._how(call, tiers, tier), trail)
-            except AttemptError as e:
+            except AttemptFailed as e:
                 last_error = e
-                if not e.retryable:
+                if not verdict(e).next_tier:
                     break
-        raise self._give_up(last_error, trail)
+        raise all_failed(last_error, trail.failures)
 
     def _hedge_delay(self, setting: float | str | None, tier: str) -> float:
         if isinstance(setting, float | int):
@@ -180,8 +181,14 @@ class Dispatcher:
         until = call.deadline_at - reserve(self.book, later, kind, self._cfg.reserve_floor)
         token = asyncio.Event() if hedge else None
         deliver = not later and call.d.on_last_failure == "deliver"
-        hold = self._hold(call, tier)
-        return Opening(hold, until, deliver, call.req.stream, token, bool(later))
+        return Opening(
+            hold_tokens=self._hold(call, tier),
+            until=until,
+            deliver=deliver,
+            stream=call.req.stream,
+            first_token=token,
+            guard_rate=bool(later),
+        )
 
     async def _hedged(
         self, call: Call, tiers: tuple[str, ...], attempt: Attempt[T], trail: Trail
@@ -214,9 +221,9 @@ class Dispatcher:
         """One tier: an attempt, and after a transient fault, a retry if the budget allows."""
         try:
             return await self._timed(tier, attempt, how, trail)
-        except AttemptError as e:
+        except AttemptFailed as e:
             wait = self._wait(e)
-            if not (e.transient and self._cfg.same_tier_retries):
+            if not (verdict(e).same_tier and self._cfg.same_tier_retries):
                 raise
             if not self._pools[tier].available(time.monotonic()):
                 raise  # its circuit just opened: no retry into it
@@ -236,7 +243,7 @@ class Dispatcher:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _wait(self, e: BaseException | None) -> float:
-        if isinstance(e, AttemptError) and e.retry_after is not None:
+        if isinstance(e, UpstreamStatus) and e.retry_after is not None:
             return e.retry_after
         return self._cfg.backoff_initial + random.uniform(0, self._cfg.backoff_jitter)
 
@@ -252,12 +259,11 @@ class Dispatcher:
         ) as span:
             try:
                 value = await attempt(tier, how)
-            except AttemptError as e:
-                trail.failures.append(
-                    Failure(tier, e.kind, e.detail, e.timeout, time.perf_counter() - t0)
-                )
-                span.set_attribute("gateway.attempt.outcome", e.kind)
-                log.info("attempt on %s failed: %s (%s)", tier, e.kind, e.detail)
+            except AttemptFailed as e:
+                failure = Failure.of(tier, e, time.perf_counter() - t0)
+                trail.failures.append(failure)
+                span.set_attribute("gateway.attempt.outcome", failure.reason)
+                log.info("attempt on %s failed: %s (%s)", tier, failure.reason, e.detail)
                 raise
         trail.ok_attempt_s = time.perf_counter() - t0
         self.book.add(tier, "stream" if how.stream else "answer", trail.ok_attempt_s)
@@ -272,25 +278,6 @@ class Dispatcher:
         if call.d.hold_back or facts.tools or facts.json_schema or not call.can_be_continued():
             return self._pools[tier].tier.stream.hold_back_tokens
         return 0
-
-    @staticmethod
-    def _give_up(last: AttemptError, trail: Trail) -> Exception:
-        if not last.retryable and last.status is not None and last.body is not None:
-            return last  # a client error from the engine: relayed as it is
-        if last.kind == "shed":  # the queue could not start it in time: come back later
-            retry = last.retry_after or 1.0
-            return RateLimited(
-                f"The gateway is saturated: {last.detail}.",
-                retry_after=retry,
-                type_="server_overloaded",
-                code="overloaded",
-                headers={"Retry-After": str(int(retry))},
-            )
-        what = "; ".join(f"{f.tier}: {f.kind}" for f in trail.failures) or last.kind
-        msg = f"Every tier failed: {what}."
-        if trail.failures and trail.failures[-1].timeout:
-            return UpstreamTimeout(msg)
-        return UpstreamFailed(msg)
 
 
 def _overlapping_waits(trail: Trail, before: tuple[float, float, float]) -> None:

@@ -20,6 +20,7 @@ from aiohttp import web
 from opentelemetry import trace
 
 from gateway.access.guard import rate_headers
+from gateway.dispatch.fallback import reason
 from gateway.dispatch.outcome import Outcome
 from gateway.dispatch.relay import Sink, StreamRelay
 from gateway.dispatch.shadow import Served, answer_text
@@ -42,8 +43,8 @@ from gateway.server.replies import JSON, error_response, new_id, request_id
 from gateway.server.state import GATEWAY, Gateway, Runtime
 from gateway.settings import Settings
 from gateway.tenancy.limits import NO_RESERVE, Reserve
+from gateway.upstream.failures import ClientRejected
 from gateway.upstream.scheduler import Ticket
-from gateway.upstream.transport import AttemptError
 
 log = logging.getLogger("gateway.server")
 Parse = Callable[[bytes], ClientRequest]
@@ -111,8 +112,8 @@ async def _serve(
         out = await rt.dispatcher.complete(call)
     except GatewayError as e:
         return _failed(gw, ex, e)
-    except AttemptError as e:  # the engine refused the request itself: relay its answer
-        ex.status, ex.error = e.status or 400, e.kind
+    except ClientRejected as e:  # the engine refused the request itself: relay its answer
+        ex.status, ex.error = e.status, reason(e)
         _account(gw, ex)
         headers = {H_REQUEST_ID: ex.rid, **ex.headers()}
         return web.Response(status=ex.status, body=e.body, content_type=JSON, headers=headers)
@@ -255,8 +256,8 @@ def _account(gw: Gateway, ex: Exchange) -> asyncio.Task[None] | None:
     ex.slot = None  # once: every exit path calls this
     if slot is None or eff is None or eff.tenant_id is None:
         return None
-    reason = ex.trail.fallback_kind if ex.trail is not None else ex.error
-    return gw.spawn(gw.access.done(eff, slot, ex.tier, ex.usage, reason, ex.cost))
+    why = ex.trail.fallback_reason if ex.trail is not None else ex.error
+    return gw.spawn(gw.access.done(eff, slot, ex.tier, ex.usage, why, ex.cost))
 
 
 async def read_body(request: web.Request, settings: Settings) -> bytes:
