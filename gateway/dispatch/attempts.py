@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -50,6 +51,8 @@ from gateway.request.model import ClientRequest
 from gateway.routing.router import RouteDecision
 from gateway.rules.schema import Dispatch
 from gateway.telemetry.recorder import Telemetry
+from gateway.tenancy.limits import Reserve
+from gateway.tenancy.tenants import Effective
 from gateway.upstream.failures import AttemptFailed, DeadlineSpent, UpstreamStatus
 from gateway.upstream.pools import Pools
 from gateway.upstream.scheduler import ANYONE, Ticket
@@ -100,12 +103,36 @@ class Dispatcher:
         self._completer = Completer(self._opener, telemetry, repetition)
         self._repetition = repetition
 
+    # -- the entry point of a request ----------------------------------------------------------
+    async def serve(
+        self, req: ClientRequest, d: RouteDecision, eff: Effective
+    ) -> Outcome | StreamRelay:
+        """Serve one admitted request on its route, its deadline starting now: the answer
+        (:meth:`complete`), or a stream past its first token to relay (:meth:`stream`)."""
+        p = eff.policy
+        ticket = Ticket.of(eff.tenant_id, d.cls.sla, p.priority_shift or 0, p.share_weight or 1)
+        call = self.call(req, d, time.monotonic() + d.deadline, ticket)
+        if req.stream:
+            return await self.stream(call)
+        return await self.complete(call)
+
+    def worst_case(self, req: ClientRequest, d: RouteDecision, max_tokens: int) -> Reserve:
+        """What the request may use at most: its prompt and ``max_tokens`` (the client's, else
+        the given default) for each choice, at the dearest tier of its chain."""
+        c = d.cls
+        n = req.body.get("n")
+        out = (c.max_tokens or max_tokens) * (n if isinstance(n, int) and n > 1 else 1)
+        usage = {"prompt_tokens": c.prompt_tokens, "completion_tokens": out}
+        pools = self._pools
+        usd = max((pools[t].cost(usage) or 0.0 for t in d.tiers if t in pools), default=0.0)
+        return Reserve(c.prompt_tokens + out, math.ceil(usd * 1e6))
+
     def call(
         self, req: ClientRequest, d: RouteDecision, deadline_at: float, ticket: Ticket = ANYONE
     ) -> Call:
         return Call(req, d, deadline_at, tuple(self._checks[n] for n in d.checks), ticket)
 
-    # -- the two entry points -----------------------------------------------------------------
+    # -- the two ways through the tiers ------------------------------------------------------
     async def complete(self, call: Call) -> Outcome:
         trail = Trail()
         cont = Continuer(call, self._pools, self._opener, self._run, self._repetition)
@@ -119,7 +146,12 @@ class Dispatcher:
             cont.drop_ahead()  # a candidate loop's continuation that no tier took
         if trail.bridged is not None and trail.bridge is not None:
             tier = trail.bridge.tier  # the hedge's second tier handed the answer back
-        return Outcome(tier, body, trail, usage)
+        # an engine that reports no usage is charged an estimate, never nothing
+        usage = usage or {
+            "prompt_tokens": call.req.prompt_tokens,
+            "completion_tokens": len(body) // 4,
+        }
+        return Outcome(tier, body, trail, usage, self._pools[tier].cost(usage))
 
     async def stream(self, call: Call) -> StreamRelay:
         """A stream past its first token, ready to be relayed (by the caller, to its sink)."""

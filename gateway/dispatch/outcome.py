@@ -81,6 +81,7 @@ class Outcome:
     body: bytes
     trail: Trail
     usage: dict[str, Any] | None = None
+    cost: float | None = None  # USD at the answering tier's price (None: it has none)
 
     @property
     def fallback(self) -> str | None:

@@ -315,6 +315,14 @@ class StreamRelay:
         """USD at the answering tier's price (a continuation's first part included)."""
         return self._pool.cost(self.usage())
 
+    def charged(self) -> tuple[dict[str, Any], float | None]:
+        """What the client is charged: :meth:`usage`, its prompt estimated where the stream
+        ended before the engine said, and its cost at the answering tier's price."""
+        usage = self.usage()
+        if not usage.get("prompt_tokens"):
+            usage = {**usage, "prompt_tokens": self.call.req.prompt_tokens}
+        return usage, self._pool.cost(usage)
+
     # -- endings -----------------------------------------------------------------------------
     async def _error(self, sink: Sink, message: str) -> None:
         self.broken = True

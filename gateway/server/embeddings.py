@@ -44,15 +44,14 @@ async def embeddings(request: web.Request) -> web.Response:
     rt = gw.runtime
     ex = Exchange(request_id(request), "embeddings")
     ex.trail = Trail()
-    rt.pools.acquire()
-    try:
-        return await _serve(request, rt, ex)
-    finally:
-        rt.pools.release()
-        gw.telemetry.record(ex.record())
-        eff, slot = ex.eff, ex.slot
-        if slot is not None and eff is not None and eff.tenant_id is not None:
-            gw.spawn(gw.access.done(eff, slot, ex.tier, ex.usage, ex.error, ex.cost))
+    with rt.in_use():
+        try:
+            return await _serve(request, rt, ex)
+        finally:
+            gw.telemetry.record(ex.record())
+            eff, slot = ex.eff, ex.slot
+            if slot is not None and eff is not None and eff.tenant_id is not None:
+                gw.spawn(gw.access.done(eff, slot, ex.tier, ex.usage, ex.error, ex.cost))
 
 
 async def _serve(request: web.Request, rt: Runtime, ex: Exchange) -> web.Response:
