@@ -191,6 +191,35 @@ async def test_no_backoff_before_another_tier_only_before_the_same_one() -> None
     assert out.trail.backoff_s == pytest.approx(0.05)
 
 
+@pytest.mark.parametrize(
+    ("initial", "most", "waits"),
+    [
+        (0.02, 0.5, [0.02, 0.04, 0.08]),  # doubled for each retry after the first
+        (0.02, 0.05, [0.02, 0.04, 0.05]),  # at most backoff_max
+        (0.1, 0.03, [0.03, 0.03, 0.03]),  # even the first
+    ],
+)
+def test_backoff_doubles_up_to_backoff_max(initial: float, most: float, waits: list[float]) -> None:
+    rig = Rig(OK_FAST, backoff_initial=initial, backoff_max=most)
+    assert [rig.dispatcher.backoff(n) for n in (1, 2, 3)] == pytest.approx(waits)
+
+
+@pytest.mark.parametrize(("most", "waited"), [(0.5, 0.02 + 0.04 + 0.08), (0.03, 0.02 + 0.03 * 2)])
+@aio
+async def test_backoff_max_caps_the_waits_before_same_tier_retries(
+    most: float, waited: float
+) -> None:
+    rig = Rig(
+        by_tier(highspeed=Reply(status=503), standard=OK_STD),
+        same_tier_retries=3,
+        backoff_initial=0.02,
+        backoff_max=most,
+    )
+    out = await rig.dispatcher.complete(rig.call())
+    assert out.tier == "standard" and len(rig.calls("highspeed")) == 4
+    assert out.trail.backoff_s == pytest.approx(waited)
+
+
 @aio
 async def test_a_loop_stops_generation_early() -> None:
     slow_loop = Reply(chunks=events(LOOP * 3), gap=0.002)

@@ -8,9 +8,11 @@ Given a :class:`Call`, try its tiers in order within the request's deadline:
   stall, its budget), a malformed answer, or a failed quality check. The next tier is
   tried at once: waiting helps the tier that failed, not the other one.
 * A transient fault (a reset, 500, 502, 503, 429: :mod:`gateway.dispatch.fallback`) is
-  retried once on the same tier after a short jittered wait, or the engine's
-  ``Retry-After``, when the budget allows; tenacity owns those waits. The time waited is
-  reported, not counted as overhead.
+  retried on the same tier (``same_tier_retries`` times, once by default) after a short
+  jittered wait — ``backoff_initial``, doubled for each retry after the first, plus up to
+  ``backoff_jitter``, at most ``backoff_max`` — or the engine's ``Retry-After``, when the
+  budget allows; tenacity owns those waits. The time waited is reported, not counted as
+  overhead.
 * An engine's other 4xx is the request's own fault: relayed, never retried.
 * When the last tier fails a check, the rule says what happens (``on_last_failure``):
   ``deliver`` the answer with ``x-gateway-checks-failed``, or answer with an error.
@@ -254,7 +256,7 @@ class Dispatcher:
         try:
             return await self._timed(tier, attempt, how, trail)
         except AttemptFailed as e:
-            wait = self._wait(e)
+            wait = self._wait(e, 1)
             if not (verdict(e).same_tier and self._cfg.same_tier_retries):
                 raise
             if not self._pools[tier].available(time.monotonic()):
@@ -264,7 +266,10 @@ class Dispatcher:
         await self._sleep(wait, trail)
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self._cfg.same_tier_retries) | _StopAt(how.until),
-            wait=lambda s: self._wait(s.outcome.exception() if s.outcome else None),
+            # after the n-th attempt of this loop comes the (n + 1)-th retry of the tier
+            wait=lambda s: self._wait(
+                s.outcome.exception() if s.outcome else None, s.attempt_number + 1
+            ),
             retry=retry_if_exception(_transient),
             sleep=lambda s: self._sleep(s, trail),
             reraise=True,
@@ -274,10 +279,20 @@ class Dispatcher:
                 return await self._timed(tier, attempt, how, trail)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _wait(self, e: BaseException | None) -> float:
+    def _wait(self, e: BaseException | None, retry: int) -> float:
+        """The wait before the ``retry``-th retry of a tier: the engine's ``Retry-After``
+        when it sent one, else :meth:`backoff`."""
         if isinstance(e, UpstreamStatus) and e.retry_after is not None:
             return e.retry_after
-        return self._cfg.backoff_initial + random.uniform(0, self._cfg.backoff_jitter)
+        return self.backoff(retry)
+
+    def backoff(self, retry: int) -> float:
+        """The gateway's own wait before the ``retry``-th retry (1, 2 ...) of a tier:
+        ``backoff_initial`` doubled for each retry after the first, plus up to
+        ``backoff_jitter``, at most ``backoff_max``."""
+        c = self._cfg
+        wait = c.backoff_initial * 2.0 ** (retry - 1) + random.uniform(0, c.backoff_jitter)
+        return min(c.backoff_max, wait)
 
     @staticmethod
     async def _sleep(seconds: float, trail: Trail) -> None:
