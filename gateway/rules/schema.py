@@ -4,6 +4,9 @@ Parsing is strict: unknown keys are errors, cross references (tiers named by rul
 tasks named by the classifier, checks named by rules) are checked, and every problem
 is reported with its YAML path, all at once. A file that fails never yields a
 :class:`Rules`, so a bad file can never half-replace a good one.
+
+Over 400 lines because it holds the one pydantic schema of the rules file, whose models
+reference each other and are validated together.
 """
 
 from __future__ import annotations
