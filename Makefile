@@ -5,6 +5,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 LOCAL_STAMP := $(VENV)/.local-engine
+# The SGLang Model Gateway (sglang-router, PyPI) in its own venv: the proxy benchmark's peer
+# and the router a tier may sit behind (tests/test_smg_tier.py).
+ROUTER_STAMP := .cache/bench-venv/.installed-sglang-router-0.3.2
 SGLANG_VENV := .cache/sglang-venv
 SGLANG_STAMP := $(SGLANG_VENV)/.installed
 
@@ -34,7 +37,10 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check gateway
 	$(BIN)/mypy
 
-test: lint sglang-check $(LOCAL_STAMP)
+$(ROUTER_STAMP): $(STAMP)
+	$(BIN)/python -c "from evals.bench.peers import router_python; router_python()"
+
+test: lint sglang-check $(LOCAL_STAMP) $(ROUTER_STAMP)
 	$(BIN)/pytest
 
 # SGLang's own argument parser checks the rendered launch flags of both tier profiles.

@@ -32,10 +32,16 @@ def router_python(venv: Path = VENV, requirement: str = SGLANG_ROUTER) -> Path:
     return python
 
 
-def router_argv(python: Path, port: int, upstream: str) -> list[str]:
-    """The router over one worker, the fake upstream; round-robin (one worker: no choice to
-    make, so no policy cost is charged to it), its own retries and breaker left on as
-    shipped, logs at warn (an info line a request would be its cost, not the product's)."""
+def router_argv(
+    python: Path, port: int, workers: list[str], policy: str = "round_robin",
+    metrics_port: int | None = None,
+) -> list[str]:
+    """The router over ``workers``. The benchmark gives it one worker, the fake upstream,
+    round-robin (no choice to make, so no policy cost is charged to it); its own retries and
+    breaker stay on as shipped; logs at warn (an info line a request would be its cost).
+    Its Prometheus listener is its own port (``metrics_port``; default: ``port + 1``), so
+    several routers can run side by side."""
     return [str(python), "-m", "sglang_router.launch_router", "--host", "127.0.0.1",
-            "--port", str(port), "--worker-urls", upstream, "--policy", "round_robin",
-            "--log-level", "warn"]
+            "--port", str(port), "--worker-urls", *workers, "--policy", policy,
+            "--log-level", "warn", "--prometheus-host", "127.0.0.1",
+            "--prometheus-port", str(metrics_port or port + 1)]

@@ -158,7 +158,7 @@ def start_target(name: str, upstream: str, a: argparse.Namespace, outdir: Path,
             ready = base + "/health"  # the relay forwards it to the upstream
             extra: tuple[str, ...] = ()
         elif name == "sglang-router":
-            argv = router_argv(router_python(), port, upstream)
+            argv = router_argv(router_python(), port, [upstream], metrics_port=free_port())
             svc = Service(name, argv, cpus=a.sut_cpus, nice=a.nice, logdir=outdir / "logs")
             ready, extra = base + "/readiness", ()  # ready once its worker is registered
         else:
