@@ -493,6 +493,45 @@ def test_router_discovers_the_tier_pods(prod_objs: list[Obj]) -> None:
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}]
 
 
+def router_parser() -> Any:
+    """The SGLang Model Gateway's own argument parser (PyPI sglang-router, the dev extra)."""
+    try:
+        from sglang_router.router_args import RouterArgs
+    except ImportError:
+        unavailable("sglang-router is not installed (pip install -e '.[dev]')")
+    import argparse
+
+    parser = argparse.ArgumentParser(allow_abbrev=False, exit_on_error=False)
+    RouterArgs.add_cli_args(parser)
+    return parser, RouterArgs
+
+
+def test_router_args_parse_with_the_routers_own_parser(prod_objs: list[Obj]) -> None:
+    parser, router_args = router_parser()
+    static = template("--set", "tiers.standard.router.enabled=true",
+                      "--set", "tiers.standard.router.discovery=false")  # fmt: skip
+    for objs, tier in ((prod_objs, "highspeed"), (static, "standard")):
+        c = container(find(objs, "Deployment", f"{FULL}-router-{tier}"))
+        assert c["command"][-1] == "sglang_router.launch_router"
+        ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+        args = router_args.from_cli_args(parser.parse_args(c["args"]))
+        assert (args.host, args.port, args.prometheus_port) == ("0.0.0.0", ports["http"],
+                                                                ports["metrics"])  # fmt: skip
+        assert args.policy == "cache_aware"
+        engine = find(objs, "Deployment", f"{FULL}-sglang-{tier}")
+        if args.service_discovery:
+            labels = engine["spec"]["template"]["metadata"]["labels"]
+            assert args.selector and selects(args.selector, labels)
+            assert args.service_discovery_namespace == NAMESPACE
+            assert args.service_discovery_port == rd.SGLANG_PORT
+        else:
+            assert args.worker_urls == [f"http://{engine['metadata']['name']}:{rd.SGLANG_PORT}"]
+    policy = json.loads((CHART / "values.schema.json").read_text(encoding="utf-8"))
+    choices = policy["definitions"]["routerDefaults"]["properties"]["policy"]["enum"]
+    for choice in choices:  # every policy the schema admits, the router accepts
+        parser.parse_args(["--policy", choice])
+
+
 def test_router_static_mode() -> None:
     objs = template(
         "--set", "tiers.standard.router.enabled=true",
