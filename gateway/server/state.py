@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import Coroutine, Iterator, Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -61,15 +61,25 @@ class Runtime:
         """Classify the request and choose its route, with the tiers' health as of now."""
         return self.router.decide(self.classifier.classify(req, headers), self.pools.health(), eff)
 
-    @contextlib.contextmanager
-    def in_use(self) -> Iterator[None]:
-        """A request uses this snapshot: its pools are closed only after the request ended
-        (a rules swap retires them)."""
-        self.pools.acquire()
-        try:
-            yield
-        finally:
-            self.pools.release()
+    def in_use(self) -> _InUse:
+        """``with rt.in_use():`` a request uses this snapshot: its pools are closed only
+        after the request ended (a rules swap retires them)."""
+        return _InUse(self.pools)
+
+
+class _InUse:
+    """:meth:`Runtime.in_use` (a class, not a generator: it runs on every request)."""
+
+    __slots__ = ("_pools",)
+
+    def __init__(self, pools: Pools):
+        self._pools = pools
+
+    def __enter__(self) -> None:
+        self._pools.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._pools.release()
 
 
 @dataclass(slots=True)
