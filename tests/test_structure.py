@@ -1,6 +1,7 @@
 """Structure rules for the ``gateway`` package, checked on its source with ``ast``.
 
-* no module over ``MAX_MODULE_LINES`` lines;
+* no module over ``MAX_MODULE_LINES`` lines, unless its docstring says why in a line that
+  starts with ``SIZE_REASON`` ("Over 400 lines because ...");
 * no function or method over ``MAX_FUNCTION_LINES`` lines or ``MAX_PARAMS`` parameters;
 * no import cycle among gateway modules (imports inside functions count, imports under
   ``if TYPE_CHECKING:`` do not);
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +26,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "gateway"
 
-MAX_MODULE_LINES = 500
+MAX_MODULE_LINES = 400
+SIZE_REASON = f"Over {MAX_MODULE_LINES} lines because"
 MAX_FUNCTION_LINES = 60
 MAX_PARAMS = 6
 DATA_PLANE = (
@@ -235,10 +238,19 @@ def import_cycles(modules: tuple[Module, ...]) -> list[Offender]:
 # --------------------------------------------------------------------------------------------
 
 
+def size_reason(mod: Module) -> str | None:
+    """The line of the module's docstring that says why it is over the size limit."""
+    doc = ast.get_docstring(mod.tree, clean=False) or ""
+    return next((ln for ln in doc.splitlines() if ln.startswith(SIZE_REASON)), None)
+
+
 def module_size(mod: Module) -> list[Offender]:
-    if mod.lines <= MAX_MODULE_LINES:
+    if mod.lines <= MAX_MODULE_LINES or size_reason(mod) is not None:
         return []
-    return [f"{mod.at(1)}: {mod.lines} lines (max {MAX_MODULE_LINES})"]
+    return [
+        f"{mod.at(1)}: {mod.lines} lines (max {MAX_MODULE_LINES}, unless a line of its "
+        f"docstring starts with {SIZE_REASON!r})"
+    ]
 
 
 def count_params(args: ast.arguments) -> int:
@@ -386,6 +398,7 @@ def test_no_import_cycles_between_packages() -> None:
 # --------------------------------------------------------------------------------------------
 
 LONG_BODY = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+BIG = "x = 1\n" * MAX_MODULE_LINES  # with any line more, over the limit
 
 
 @pytest.mark.parametrize(
@@ -393,6 +406,12 @@ LONG_BODY = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
     [
         ("module_size", "x = 1\n" * MAX_MODULE_LINES, 0),
         ("module_size", "x = 1\n" * (MAX_MODULE_LINES + 1), 1),
+        ("module_size", f'"""Doc.\n\n{SIZE_REASON} it must be."""\n' + BIG, 0),
+        ("module_size", f'"""{SIZE_REASON} it must be."""\n' + BIG, 0),
+        ("module_size", f'"""Doc.\n\n  {SIZE_REASON} indented."""\n' + BIG, 1),
+        ("module_size", f'"""Doc: {SIZE_REASON} not at a line\'s start."""\n' + BIG, 1),
+        ("module_size", f'"""Doc."""\n# {SIZE_REASON} a comment is no docstring\n' + BIG, 1),
+        ("module_size", f'x = 1\n"""{SIZE_REASON} not the docstring."""\n' + BIG, 1),
         ("function_size", f"def f():\n{LONG_BODY[: LONG_BODY.rfind(chr(10))]}\n", 0),
         ("function_size", f"def f():\n{LONG_BODY}\n", 1),
         ("function_size", "class C:\n    def m(self, a, b, c, d, e, f): ...\n", 0),
@@ -501,3 +520,62 @@ def test_import_cycles_on_source(sources: dict[str, str], cycle: str) -> None:
 def test_package_cycles_on_source(sources: dict[str, str], cycle: str) -> None:
     offenders = package_cycles(_package(sources))
     assert offenders == ([f"package cycle: {cycle}"] if cycle else [])
+
+
+# --------------------------------------------------------------------------------------------
+# docs/architecture.md: the package map is the layering the code follows
+# --------------------------------------------------------------------------------------------
+
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+
+
+def read_layers(text: str) -> list[list[str]]:
+    """The map's lines, top (highest) first: each a list of ``gateway.<name>``."""
+    block = text.split("<!-- layers: begin -->", 1)[1].split("<!-- layers: end -->", 1)[0]
+    lines = [ln.strip() for ln in block.splitlines()]
+    return [[f"{PACKAGE}.{n}" for n in ln.split()] for ln in lines if ln and "```" not in ln]
+
+
+def layering_offenders(layers: list[list[str]], graph: dict[str, dict[str, int]]) -> list[Offender]:
+    rank = {name: len(layers) - i for i, line in enumerate(layers) for name in line}
+    offenders = [f"{name}: not in the package map" for name in sorted(graph) if name not in rank]
+    offenders += [f"{name}: in the map, not in the code" for name in rank if name not in graph]
+    for src, targets in sorted(graph.items()):
+        for dst in sorted(targets):
+            if src in rank and dst in rank and rank[dst] >= rank[src]:
+                offenders.append(f"{src} imports {dst}, which is not below it in the map")
+    return offenders
+
+
+def test_architecture_page_matches_the_code() -> None:
+    text = ARCHITECTURE.read_text("utf-8")
+    graph = {k: v for k, v in package_graph(MODULES).items() if k != PACKAGE}
+    offenders = layering_offenders(read_layers(text), graph)
+    paths = sorted(set(re.findall(r"`(gateway/[\w/]+\.py)`", text)))
+    offenders += [
+        f"{p}: named in the walk, does not exist" for p in paths if not (ROOT / p).exists()
+    ]
+    assert paths, "the walk names no module"
+    assert not offenders, "docs/architecture.md:\n" + "\n".join(offenders)
+
+
+@pytest.mark.parametrize(
+    ("layers", "graph", "expected"),
+    [
+        ([["g.a"], ["g.b"]], {"g.a": {"g.b": 1}, "g.b": {}}, []),
+        ([["g.a"], ["g.b"]], {"g.a": {}, "g.b": {"g.a": 1}}, ["g.b imports g.a"]),
+        ([["g.a", "g.b"]], {"g.a": {"g.b": 1}, "g.b": {}}, ["g.a imports g.b"]),
+        ([["g.a"]], {"g.a": {}, "g.c": {}}, ["g.c: not in the package map"]),
+        ([["g.a"], ["g.z"]], {"g.a": {}}, ["g.z: in the map"]),
+    ],
+)
+def test_layering_rule(
+    layers: list[list[str]], graph: dict[str, dict[str, int]], expected: list[str]
+) -> None:
+    offenders = layering_offenders(layers, graph)
+    assert [o.split(",")[0] for o in offenders] == expected
+
+
+def test_read_layers() -> None:
+    text = "x\n<!-- layers: begin -->\n```text\na  b\nc\n```\n<!-- layers: end -->\n"
+    assert read_layers(text) == [["gateway.a", "gateway.b"], ["gateway.c"]]
