@@ -200,14 +200,17 @@ class RedisConn:
         works closes it (a read-only replica, a full memory or a stalled Redis keep it open)."""
         while self.health.degraded:
             await asyncio.sleep(self.health.probe_interval)
+            unmapped = self.cluster and not self._mapped
             try:
-                async with asyncio.timeout(self.timeout):
+                async with asyncio.timeout(self.timeout * (_MAP_TIMEOUTS if unmapped else 2)):
                     if self.cluster:
+                        await self.r.initialize()
                         await self.r.ping(target_nodes=RedisCluster.PRIMARIES)
                     await self.r.set(self.k("probe"), int(time.time()), px=10_000)
             except Exception as e:
                 self.health.still(reason_of(e))
             else:
+                self._mapped = self._mapped or self.cluster
                 self.health.recovered()
 
     async def ping(self) -> bool:
