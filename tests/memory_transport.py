@@ -73,6 +73,7 @@ class MemoryStream:
         r = self._reply
         if self.closed:
             raise AttemptError("stream_cut", "closed")
+        # the sleeps are the engine's behaviour under test: silence, a gap, a slow start
         if r.hang_after is not None and self._i >= r.hang_after:
             gap = self._limits.read_gap or 3600.0
             await asyncio.sleep(gap)
