@@ -81,18 +81,26 @@ def test_every_manifest_is_well_formed(name: str) -> None:
 
 
 def test_services_and_pdbs_select_their_pods() -> None:
+    deployments: set[str] = set()
+    selecting: set[tuple[str, str]] = set()
     for name in (p.name for p in K8S.glob("*.yaml")):
         pods = {
             d["metadata"]["name"]: d["spec"]["template"]["metadata"]["labels"]
             for d in manifests(name)
             if d["kind"] == "Deployment"
         }
+        deployments |= pods.keys()
         for doc in manifests(name):
             if doc["kind"] in ("Service", "PodDisruptionBudget"):
                 sel = doc["spec"]["selector"]
                 sel = sel.get("matchLabels", sel)
                 owner = pods[doc["metadata"]["name"]]
                 assert sel.items() <= owner.items(), f"{name}: {doc['kind']} selects no pod"
+                selecting.add((doc["kind"], doc["metadata"]["name"]))
+    # every Deployment is reached through its Service; the gateway's also has a PDB
+    assert deployments == {rd.GATEWAY_NAME, "redis", *(f"sglang-{t}" for t in TIERS)}
+    assert {n for kind, n in selecting if kind == "Service"} == deployments
+    assert ("PodDisruptionBudget", rd.GATEWAY_NAME) in selecting
 
 
 @pytest.mark.parametrize("tier", TIERS)
@@ -248,6 +256,7 @@ def test_dashboard_metrics_exist() -> None:
 def test_dashboard_labels_exist() -> None:
     """Labels in selectors and `by` clauses are ones the gateway's metrics carry."""
     exported = exported_series()
+    checked: set[str] = set()
     for expr in queries(dashboard()):
         names = [n for n in _METRIC.findall(expr) if not n.startswith("sglang:")]
         used = {lbl.strip() for group in _BY.findall(expr) for lbl in group.split(",")}
@@ -261,3 +270,6 @@ def test_dashboard_labels_exist() -> None:
         for name in names:
             labels = exported.get(name, set())
             assert used <= labels, f"{name}: {used - labels} not exported, in {expr}"
+            checked |= used
+    # the checks saw the labels the dashboard is built on (the variables, the breakdowns)
+    assert {"tier", "task", "tenant", "reason", "check", "outcome", "le"} <= checked
