@@ -52,7 +52,7 @@ class Proc:
         argv: list[str],
         ready_url: str,
         env: dict[str, str] | None = None,
-        timeout: float = 20.0,
+        timeout: float = 60.0,  # generous: a ready process is seen at once
     ):
         self.url = ready_url
         env = dict(env or {})
