@@ -8,7 +8,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -17,6 +16,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from tests.waiting import WaitTimeout, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "routing_rules.yaml"
@@ -51,7 +52,7 @@ class Proc:
         argv: list[str],
         ready_url: str,
         env: dict[str, str] | None = None,
-        timeout: float = 20.0,
+        timeout: float = 60.0,  # generous: a ready process is seen at once
     ):
         self.url = ready_url
         env = dict(env or {})
@@ -67,21 +68,21 @@ class Proc:
             stderr=subprocess.STDOUT,
             cwd=ROOT,
         )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.p.poll() is not None:
-                out = self.log()
-                self._log.close()
-                raise RuntimeError(f"{argv} exited with {self.p.returncode}:\n{out}")
-            try:
-                with urllib.request.urlopen(ready_url, timeout=1) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.05)
-        out = self.log()
-        self.stop()
-        raise RuntimeError(f"{argv} not ready after {timeout}s:\n{out}")
+        try:
+            what = f"{ready_url} to answer 200"
+            wait_until(self._ready, what, timeout=timeout, interval=0.05, ignore=(OSError,))
+        except WaitTimeout as e:
+            out = self.log()
+            self.stop()
+            raise RuntimeError(f"{argv} not ready ({e}):\n{out}") from None
+
+    def _ready(self) -> bool:
+        if self.p.poll() is not None:
+            out = self.log()
+            self._log.close()
+            raise RuntimeError(f"{self.p.args} exited with {self.p.returncode}:\n{out}")
+        with urllib.request.urlopen(self.url, timeout=1) as r:
+            return bool(r.status == 200)
 
     def stop(self) -> None:
         if self.p.poll() is None:

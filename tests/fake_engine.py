@@ -160,6 +160,7 @@ class Engine:
         if bad is not None:
             return bad
         d = directives(body, self.name)
+        # the sleeps below are the scripted slowness a test asks for (delay, hang, gap...)
         if "delay" in d:
             await asyncio.sleep(float(d["delay"]))
         msgs = body.get("messages") or [{}]
@@ -387,7 +388,7 @@ class ResponsesEngine:
                         content_index=0,
                         delta=piece,
                     )
-                    await asyncio.sleep(float(d.get("gap", "0")))
+                    await asyncio.sleep(float(d.get("gap", "0")))  # the scripted pace
             else:
                 await send(
                     "response.function_call_arguments.delta",

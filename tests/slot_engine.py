@@ -28,7 +28,7 @@ def make_app(slots: int, service: float) -> web.Application:
         t0 = time.monotonic()
         async with sem:
             log.append([tag, round(time.monotonic() - t0, 4)])
-            await asyncio.sleep(service)
+            await asyncio.sleep(service)  # generating: what holds the slot
         if not body.get("stream"):
             msg = {"role": "assistant", "content": "ok"}
             return web.json_response(

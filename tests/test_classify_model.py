@@ -182,11 +182,12 @@ def test_classification_is_fast_enough_for_the_hot_path() -> None:
     clf = Classifier(RULES)
     req = parse_chat(body("Implement binary search in Java. " * 600))  # ~20 KB
     clf.classify(req, {})
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     for _ in range(50):
         clf.classify(req, {})
-    # loose (shared CI machines); python -m evals classify measures the real P99
-    assert (time.perf_counter() - t0) / 50 < 0.005
+    # CPU time, which a busy machine does not stretch as it does the wall clock; loose:
+    # python -m evals classify measures the real P99
+    assert (time.process_time() - t0) / 50 < 0.005
 
 
 # --- rules: prompt length, max_tokens, a rule's SLA ---------------------------------------

@@ -17,24 +17,27 @@ from gateway.checks.structured import SchemaValidators
 
 EVIL = "^(a+)+$"  # exponential on Python's re for "aaaa...a!"
 EVIL_INPUT = "a" * 48 + "!"
+# CPU seconds, not wall-clock ones (a busy machine delays the process, it does not make it
+# work more): backtracking would take ~2^48 steps, RE2 takes microseconds
+LINEAR_CPU_S = 0.5
 
 
 def test_catastrophic_pattern_is_linear() -> None:
     v = SchemaValidators()
     schema = {"type": "object", "properties": {"s": {"type": "string", "pattern": EVIL}}}
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     assert v.error(schema, {"s": EVIL_INPUT}) == f"data.s must match pattern {EVIL}"
     assert v.error(schema, {"s": "aaaa"}) is None
-    assert time.perf_counter() - t0 < 0.5
+    assert time.process_time() - t0 < LINEAR_CPU_S
 
 
 def test_catastrophic_pattern_properties_are_linear() -> None:
     v = SchemaValidators()
     schema = {"type": "object", "patternProperties": {"^(x+)+y$": {"type": "integer"}}}
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     assert v.error(schema, {"x" * 48 + "z": "not checked"}) is None
     assert v.error(schema, {"xxxy": "no"}) == "data.xxxy must be integer"
-    assert time.perf_counter() - t0 < 0.5
+    assert time.process_time() - t0 < LINEAR_CPU_S
 
 
 def test_required_names_are_not_matched_with_re_while_compiling() -> None:
@@ -47,9 +50,9 @@ def test_required_names_are_not_matched_with_re_while_compiling() -> None:
         "patternProperties": {EVIL: {}},
         "required": [EVIL_INPUT],
     }
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     assert v.get(evil) is None  # the required name can never be present: not checkable
-    assert time.perf_counter() - t0 < 0.5
+    assert time.process_time() - t0 < LINEAR_CPU_S
     ok = {
         "type": "object",
         "additionalProperties": False,
@@ -107,10 +110,12 @@ def test_catastrophic_pattern_stalls_nobody(gateway: str) -> None:
         hostiles = [pool.submit(_post, url, hostile) for _ in range(4)]
         health = [pool.submit(_get, f"{gateway}/healthz") for _ in range(8)]
         others = [pool.submit(_post, url, plain) for _ in range(4)]
+        # wall-clock bounds through a real gateway: backtracking would freeze its event
+        # loop for ~2^48 steps; an answer takes milliseconds, so seconds spare a busy machine
         for f in hostiles:
             status, headers, took = f.result()
-            assert status == 200 and took < 5
+            assert status == 200 and took < 10
             # every tier's answer breaks the pattern: the last one is delivered, marked
             assert headers.get("x-gateway-checks-failed") == "json_schema"
-        assert max(f.result() for f in health) < 2
+        assert max(f.result() for f in health) < 5
         assert all(f.result()[0] == 200 for f in others)

@@ -21,12 +21,12 @@ from tests.conftest import Proc, rules_for_tests, start_gateway
 def test_framer_is_linear_on_one_huge_event() -> None:
     f = SSEFramer(max_event=64 << 20, max_total=128 << 20)
     chunk = b"x" * 4096
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # CPU time: what a busy machine does not stretch
     assert f.feed(b'data: {"a": "') == (b"", [])
     for _ in range(8192):  # 32 MiB in 4 KiB reads: quadratic joining would copy ~128 GB
         assert f.feed(chunk) == (b"", [])
     complete, payloads = f.feed(b'"}\n\ndata: [DO')
-    assert time.perf_counter() - t0 < 2
+    assert time.process_time() - t0 < 2
     assert len(complete) == 13 + 8192 * 4096 + 4 and len(payloads) == 1
     assert f.pending == b"data: [DO"
 

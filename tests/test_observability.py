@@ -6,7 +6,6 @@ import json
 import re
 import sys
 import threading
-import time
 import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -18,6 +17,7 @@ import pytest
 from tests.conftest import Proc, free_port, rules_for_tests, start_gateway
 from tests.test_e2e_proxy import chat
 from tests.test_streams import sse
+from tests.waiting import wait_until
 
 
 def scrape(base: str) -> str:
@@ -131,6 +131,14 @@ def _post(base: str, content: str) -> tuple[int, dict[str, Any]]:
         return r.status, json.loads(r.read())
 
 
+def _access_lines(proc: Proc) -> list[dict[str, Any]]:
+    return [
+        json.loads(x)
+        for x in proc.log().splitlines()
+        if x.startswith("{") and '"logger":"gateway.access"' in x
+    ]
+
+
 def test_access_log_is_json_with_request_id_and_no_prompt(
     engines: dict[str, str], tmp_path: Path
 ) -> None:
@@ -148,17 +156,7 @@ def test_access_log_is_json_with_request_id_and_no_prompt(
     )
     try:
         _post(f"http://127.0.0.1:{port}", "SECRET-PROMPT-TEXT")
-        deadline = time.monotonic() + 3
-        lines: list[dict[str, Any]] = []
-        while time.monotonic() < deadline and not lines:
-            lines = [
-                json.loads(x)
-                for x in proc.log().splitlines()
-                if x.startswith("{") and '"logger":"gateway.access"' in x
-            ]
-            time.sleep(0.1)
-        assert lines, proc.log()
-        rec = lines[-1]
+        rec = wait_until(lambda: _access_lines(proc), "an access log line")[-1]
         assert re.fullmatch(r"req_[0-9a-f]{24}", rec["request_id"])
         assert rec["status"] == 200 and rec["tier"] == "highspeed" and rec["task"] == "chat"
         assert "SECRET-PROMPT-TEXT" not in proc.log()
@@ -173,15 +171,7 @@ def test_failures_are_logged_even_without_the_access_log(
     try:
         _post(base, "fine")
         _post(base, "bad [[highspeed: status=500]]")
-        deadline = time.monotonic() + 3
-        lines: list[dict[str, Any]] = []
-        while time.monotonic() < deadline and not lines:
-            lines = [
-                json.loads(x)
-                for x in proc.log().splitlines()
-                if x.startswith("{") and '"logger":"gateway.access"' in x
-            ]
-            time.sleep(0.1)
+        lines = wait_until(lambda: _access_lines(proc), "the failure's log line")
         assert len(lines) == 1 and lines[0]["level"] == "warning"
         # a 500 is transient: retried once on the same tier, then the standard tier answers
         assert lines[0]["fallbacks"] == ["highspeed:http_500", "highspeed:http_500"]

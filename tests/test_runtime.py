@@ -53,7 +53,7 @@ def test_rules_swapped_under_load_never_answer_5xx(engines: dict[str, str], tmp_
         while not stop.is_set():
             i += 1
             path.write_text(texts[i % 2])
-            time.sleep(0.1)
+            time.sleep(0.1)  # the churn under test: a new rules file ten times a second
 
     async def load() -> tuple[list[int], set[str]]:
         statuses: list[int] = []

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ import pytest
 
 from engines.sim_model import PrefixCache, make_profile
 from tests.conftest import Proc, free_port
+from tests.waiting import wait_until
 
 LONG = " ".join(f"context{i} about the shared system prompt" for i in range(40))
 
@@ -375,13 +375,14 @@ def test_queueing_beyond_max_running_requests(small: str) -> None:
     body = chat_body("a long answer", ignore_eos=True, max_tokens=300)
     seen = {"queue": 0.0, "running": 0.0}
 
+    def look() -> bool:
+        m = metrics(small)
+        seen["queue"] = max(seen["queue"], sample(m, "sglang:num_queue_reqs"))
+        seen["running"] = max(seen["running"], sample(m, "sglang:num_running_reqs"))
+        return seen["queue"] > 0
+
     def watch() -> None:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and not seen["queue"]:
-            m = metrics(small)
-            seen["queue"] = max(seen["queue"], sample(m, "sglang:num_queue_reqs"))
-            seen["running"] = max(seen["running"], sample(m, "sglang:num_running_reqs"))
-            time.sleep(0.01)
+        wait_until(look, "a request queued", interval=0.01)
 
     with ThreadPoolExecutor(6) as pool:
         calls = [pool.submit(post, small, "/v1/chat/completions", body) for _ in range(5)]
@@ -401,12 +402,12 @@ def test_a_dropped_stream_frees_its_slot(small: str) -> None:
     req = urllib.request.Request(f"{small}/v1/chat/completions", data=data)
     with urllib.request.urlopen(req, timeout=10) as r:
         r.readline()
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
+
+    def aborted() -> dict[str, float] | None:
         m = metrics(small)
-        if sample(m, "sglang:num_aborted_requests_total") > before:
-            break
-        time.sleep(0.02)
+        return m if sample(m, "sglang:num_aborted_requests_total") > before else None
+
+    m = wait_until(aborted, "the dropped stream counted as aborted")
     assert sample(m, "sglang:num_aborted_requests_total") == before + 1
     assert sample(m, "sglang:num_running_reqs") == 0
 

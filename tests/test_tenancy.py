@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ import yaml
 
 from gateway.store.redis_store import RedisStore
 from tests.conftest import REDIS, Proc, free_port, rules_for_tests, start_gateway
+from tests.waiting import engine_got, until, wait_until
 
 ADMIN = "admin-token-for-tests-0123456789"
 
@@ -58,15 +58,6 @@ def chat(
         {"model": model, "messages": [{"role": "user", "content": content}]},
         key,
     )
-
-
-def until(pred: Any, timeout: float = 3.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def tenancy_env(prefix: str, redis: str = REDIS) -> dict[str, str]:
@@ -177,14 +168,16 @@ def test_plaintext_key_is_shown_once_and_never_again(
     assert t["keys"][0]["id"] == kid and t["keys"][0]["prefix"] == key[:10]
 
 
-def test_revoked_key_stops_working_everywhere_within_a_second(
+def test_revoked_key_stops_working_everywhere_before_the_cache_expires(
     replicas: list[str], admins: list[str]
 ) -> None:
     _, kid, key = new_tenant(admins[0])
     assert all(chat(b, key)[0] == 200 for b in replicas)  # both replicas cached it
     st, _, _ = call(admins[0], "DELETE", f"/admin/keys/{kid}")
     assert st == 204
-    assert until(lambda: chat(replicas[1], key)[0] == 401, timeout=1.0)
+    # well inside the 30 s the other replica caches a key for: only the revocation's
+    # broadcast can do it in time (idle, it takes milliseconds)
+    assert until(lambda: chat(replicas[1], key)[0] == 401, timeout=10.0)
     assert chat(replicas[0], key)[0] == 401
 
 
@@ -192,7 +185,7 @@ def test_rotate_gives_a_new_key_and_kills_the_old(replicas: list[str], admins: l
     _, kid, key = new_tenant(admins[0])
     st, new, _ = call(admins[0], "POST", f"/admin/keys/{kid}/rotate")
     assert st == 201 and new["replaces"] == kid and new["key"] != key
-    assert until(lambda: chat(replicas[1], key)[0] == 401, timeout=1.0)
+    assert until(lambda: chat(replicas[1], key)[0] == 401, timeout=10.0)  # as for a revocation
     assert chat(replicas[1], new["key"])[0] == 200
 
 
@@ -266,7 +259,7 @@ def test_policy_change_on_one_replica_is_enforced_on_the_other(
     tid, _, key = new_tenant(admins[0])
     assert chat(replicas[1], key)[2]["x-gateway-tier"] == "highspeed"
     call(admins[0], "PATCH", f"/admin/tenants/{tid}", {"policy": {"forced_tier": "standard"}})
-    assert until(lambda: chat(replicas[1], key)[2].get("x-gateway-tier") == "standard", 1.0)
+    assert until(lambda: chat(replicas[1], key)[2].get("x-gateway-tier") == "standard")
     h = chat(replicas[1], key)[2]
     assert "pinned by forced_tier (tenant)" in h["x-gateway-route"]
 
@@ -319,21 +312,25 @@ def test_token_budget_gives_insufficient_quota(replicas: list[str], admins: list
     # the fake engine reports 10 prompt tokens + one per word (4 words): 14 a request
     assert chat(replicas[0], key)[0] == 200
     assert chat(replicas[1], key)[0] == 200
-    assert until(lambda: chat(replicas[0], key)[0] == 429, timeout=2.0)
+    assert until(lambda: chat(replicas[0], key)[0] == 429)
     st, body, _ = chat(replicas[1], key)
     assert st == 429 and body["error"]["code"] == "insufficient_quota"
     assert body["error"]["type"] == "insufficient_quota"
 
 
-def test_concurrency_limit(replicas: list[str], admins: list[str]) -> None:
-    _, _, key = new_tenant(admins[0], {"max_concurrent_requests": 1})
+def test_concurrency_limit(
+    replicas: list[str], admins: list[str], engines: dict[str, str]
+) -> None:
+    tid, _, key = new_tenant(admins[0], {"max_concurrent_requests": 1})
+    marker = f"hold-{tid}"
     with ThreadPoolExecutor(2) as ex:
-        slow = ex.submit(chat, replicas[0], key, "[[*: delay=0.6]]")
-        time.sleep(0.2)
+        slow = ex.submit(chat, replicas[0], key, f"{marker} [[*: delay=0.6]]")
+        # at the engine, so admitted: the tenant's one slot is held for the engine's 0.6 s
+        wait_until(lambda: engine_got(engines.values(), marker), "the slow request upstream")
         st, body, _ = chat(replicas[1], key)
         assert st == 429 and "concurrent" in body["error"]["message"]
         assert slow.result()[0] == 200
-    assert until(lambda: chat(replicas[1], key)[0] == 200, timeout=2.0)
+    assert until(lambda: chat(replicas[1], key)[0] == 200)
 
 
 def test_a_client_that_leaves_frees_its_slot(replicas: list[str], admins: list[str]) -> None:
@@ -349,7 +346,7 @@ def test_a_client_that_leaves_frees_its_slot(replicas: list[str], admins: list[s
     with pytest.raises(OSError):  # the client gives up while the engine is still thinking
         urllib.request.urlopen(req, timeout=0.3)
     # the slot comes back when the gateway sees the client gone, not at its expiry
-    assert until(lambda: chat(replicas[1], key)[0] == 200, timeout=3.0)
+    assert until(lambda: chat(replicas[1], key)[0] == 200)  # the slot's expiry: 15 min
 
 
 def test_usage_by_tier_and_fallback_reason(replicas: list[str], admins: list[str]) -> None:
@@ -403,10 +400,10 @@ def test_rules_upload_reaches_every_replica_and_rolls_back(
     }
     st, body, _ = call(admins[0], "PUT", "/admin/rules", raw=rules_yaml(aliases=aliases).encode())
     assert st == 200 and body["version"] > before["version"]
-    assert until(lambda: chat(replicas[1], key, model="quick")[0] == 200, timeout=1.0)
+    assert until(lambda: chat(replicas[1], key, model="quick")[0] == 200)
     st, _, _ = call(admins[1], "POST", "/admin/rules/rollback", {"version": before["version"]})
     assert st == 200
-    assert until(lambda: chat(replicas[0], key, model="quick")[0] == 404, timeout=1.0)
+    assert until(lambda: chat(replicas[0], key, model="quick")[0] == 404)
     _, versions, _ = call(admins[0], "GET", "/admin/rules/versions")
     cur = [v for v in versions["data"] if v["current"]]
     assert cur[0]["version"] == before["version"]
@@ -435,7 +432,7 @@ def test_rules_file_change_is_picked_up_and_a_bad_one_ignored(
         _, _, key = new_tenant(proc.admin)
         assert chat(base, key, model="quick")[0] == 404
         path.write_text(rules_yaml(aliases={"auto": None, "quick": "standard"}))
-        assert until(lambda: chat(base, key, model="quick")[0] == 200, timeout=2.0)
+        assert until(lambda: chat(base, key, model="quick")[0] == 200)
         path.write_text("tiers: [broken")
         assert until(lambda: call(proc.admin, "GET", "/admin/rules")[1]["last_error"] is not None)
         assert chat(base, key, model="quick")[0] == 200  # the good rules still run
@@ -505,7 +502,7 @@ def test_redis_down_serves_cached_keys_and_resyncs(engines: dict[str, str], tmp_
                 stdout=subprocess.DEVNULL,
             )
             # an empty Redis came back (no persistence): the gateway recovers by itself
-            assert until(lambda: call(proc.admin, "GET", "/admin/tenants")[0] == 200, timeout=5.0)
+            assert until(lambda: call(proc.admin, "GET", "/admin/tenants")[0] == 200)
             _, _, fresh = new_tenant(proc.admin)
             assert chat(base, fresh)[0] == 200
         finally:
@@ -568,7 +565,7 @@ def test_shadow_sampling_compares_with_standard_off_the_critical_path(
     def records() -> list[dict[str, Any]]:
         return call(admins[0], "GET", "/admin/shadow?limit=50")[1]["data"]
 
-    assert until(lambda: any(r["tier"] == "highspeed" for r in records()), timeout=3.0)
+    assert until(lambda: any(r["tier"] == "highspeed" for r in records()))
     rec = records()[0]
     assert rec["against"] == "standard" and rec["task"] == "chat"
     # "Echo (highspeed): shadow me" vs "Echo (standard): shadow me": 3 of 4 words shared

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -82,6 +81,7 @@ def test_sigterm_drains_a_stream_in_flight(
     env = {**tenancy_env(prefix + "drain:"), "GATEWAY_WORKERS": "2"}
     proc, url = start_gateway(tmp_path, rules_for_tests(total=10.0, stall=3.0), engines, env)
     got: dict[str, Any] = {}
+    under_way = threading.Event()
     _, _, key = new_tenant(proc.admin)
     headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
     words = "[[*: text=a b c d e f g h; per=1; gap=0.25]]"
@@ -91,13 +91,18 @@ def test_sigterm_drains_a_stream_in_flight(
         body = {"model": "auto", "stream": True, "messages": [{"role": "user", "content": words}]}
         conn.request("POST", "/v1/chat/completions", json.dumps(body), headers)
         resp = conn.getresponse()
-        got["status"], got["body"] = resp.status, resp.read().decode()
+        got["status"], lines = resp.status, []
+        while line := resp.readline():
+            lines.append(line)
+            if line.startswith(b"data: "):  # the first event is here: the stream is under way
+                under_way.set()
+        got["body"] = b"".join(lines).decode()
         conn.close()
 
     try:
         t = threading.Thread(target=stream)
         t.start()
-        time.sleep(0.6)  # the stream is under way
+        assert under_way.wait(20), "the stream's first event"
         proc.p.send_signal(signal.SIGTERM)
         t.join(20)
         assert got["status"] == 200
