@@ -159,7 +159,8 @@ class Access:
         micro = round((cost or 0.0) * 1e6)  # counted in micro-USD: integers, atomic in Redis
         if eff.policy.max_concurrent_requests:
             await self.release(eff.tenant_id, rid)
-        used = Used(tier, prompt, completion, fallback, micro, settle_id=rid)
+        saved = int((usage or {}).get("cache_saved_tokens") or 0)  # a cache hit's
+        used = Used(tier, prompt, completion, fallback, micro, settle_id=rid, saved=saved)
         for pause in (0.0, *_RELEASE_RETRY):  # settling is idempotent: retried, so a blip
             if pause:  # never leaves the worst-case reservation standing in the budget
                 await asyncio.sleep(pause)

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gateway.checks.base import CHECK_NAMES
 from gateway.checks.config import CheckSettings
+from gateway.rules.cache import CacheRule
 
 
 class _Strict(BaseModel):
@@ -293,6 +294,7 @@ class Route(_Strict):
     )
     fallback: tuple[str, ...] = ()
     checks: tuple[str, ...] = ()
+    cache: CacheRule | None = None  # keep answers that passed (gateway.rules.cache)
     hold_back: bool = Field(
         default=False,
         description="hold back the first tokens of every stream of this rule (it is on by "
@@ -341,14 +343,10 @@ class Dispatch(_Strict):
     )
 
 
-def _auto_only() -> dict[str, str | None]:
-    return {"auto": None}
-
-
 class Rules(_Strict):
     version: int = 1
     tiers: dict[str, Tier] = Field(min_length=1)
-    aliases: dict[str, str | None] = Field(default_factory=_auto_only)
+    aliases: dict[str, str | None] = Field(default_factory=lambda: dict.fromkeys(("auto",)))
     sla_classes: dict[str, SlaClass] = Field(min_length=1)
     default_sla: str
     tasks: dict[str, TaskClass] = Field(min_length=1)

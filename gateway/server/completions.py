@@ -20,6 +20,7 @@ from aiohttp import web
 from opentelemetry import trace
 
 from gateway.access.guard import rate_headers
+from gateway.cache import Ask
 from gateway.dispatch.outcome import Outcome
 from gateway.dispatch.relay import Sink, StreamRelay
 from gateway.dispatch.shadow import Served, answer_text
@@ -37,6 +38,7 @@ from gateway.errors import (
 from gateway.headers import H_REQUEST_ID, H_SHOULD_RETRY
 from gateway.request.model import ClientRequest, parse_chat, parse_completion
 from gateway.routing.router import RouteDecision
+from gateway.server.cached import serve_hit
 from gateway.server.exchange import Exchange
 from gateway.server.replies import JSON, error_response, new_id, request_id
 from gateway.server.state import GATEWAY, Gateway, Runtime
@@ -82,6 +84,8 @@ async def handle(
             return await _serve(request, gw, rt, (parse, wire), ex)
         finally:
             rt.pools.release()
+            if ex.cache is not None:
+                ex.cache.done()
             gw.telemetry.record(ex.record())
             if gw.telemetry.tracing:
                 ex.annotate(span)
@@ -97,6 +101,11 @@ async def _serve(
         d = ex.d = rt.router.decide(
             rt.classifier.classify(req, request.headers), rt.pools.health(), eff
         )
+        if gw.cache is not None and d.cache is not None:
+            ask = Ask(req, d, eff, request.headers, rt.rules, rt.pools, ex.kind)
+            ex.cache = await gw.cache.lookup(ask)
+            if ex.cache is not None and ex.cache.entry is not None:
+                return await serve_hit(request, gw, ex, wire)
         slot = new_id("adm_")  # the in-flight member: ours, never the client's
         want = _worst_case(rt, d, req, gw.settings) if eff.policy.has_budget else NO_RESERVE
         ex.admission = await gw.access.admit(eff, slot, want)
@@ -109,6 +118,8 @@ async def _serve(
             relay = await rt.dispatcher.stream(call)
             return await _relay(request, gw, (rt, wire), ex, relay)
         out = await rt.dispatcher.complete(call)
+        if ex.cache is not None:
+            ex.cache.keep_answer(out, call.checks)
     except GatewayError as e:
         return _failed(gw, ex, e)
     except AttemptError as e:  # the engine refused the request itself: relay its answer
@@ -200,7 +211,8 @@ async def _relay(
         raise
     ex.mark_first_byte()
     try:
-        await _drive(relay, resp if wire is None else wire.sink(resp), ex)
+        sink = resp if wire is None else wire.sink(resp)
+        await _drive(relay, sink if ex.cache is None else ex.cache.tee(sink), ex)
     finally:
         ex.tier, ex.usage, ex.cost = relay.tier, relay.usage(), relay.cost()
         if not ex.usage.get("prompt_tokens"):  # cut short before the engine said: estimate
@@ -210,6 +222,8 @@ async def _relay(
             ex.error = "stream_broken"
         else:
             _maybe_shadow(gw, rt, ex, relay.call.req, relay.start.state.text)
+            if ex.cache is not None:
+                ex.cache.keep_stream(relay)
         _account(gw, ex)
     return resp
 

@@ -23,6 +23,7 @@ import orjson
 from aiohttp import web
 
 from gateway.access.guard import Access
+from gateway.cache import ResponseCache, build_cache
 from gateway.checks.registry import build_checks
 from gateway.dispatch.attempts import Dispatcher
 from gateway.dispatch.shadow import Shadow
@@ -63,6 +64,7 @@ class Gateway:
     runtime: Runtime
     transport: TransportFactory | None = None
     control: RulesControl | None = None
+    cache: ResponseCache | None = None  # built with the gateway (gateway.cache)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
     @classmethod
@@ -95,6 +97,7 @@ class Gateway:
         gw = cls(settings, store, access, tel, _runtime(rules, pools, tel, store), transport)
         for p in pools.by_tier.values():
             p.on_models = lambda: gw.models_changed(pools)
+        gw.cache = build_cache(settings, store, tel, gw.spawn)
         return gw
 
     def use_rules(self, rules: Rules) -> None:
@@ -180,6 +183,8 @@ class Gateway:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         await self.runtime.pools.close()
+        if self.cache is not None:
+            await self.cache.close()
         await self.telemetry.close()
         if self.store is not None:
             await self.store.close()

@@ -78,6 +78,11 @@ class RedisStore:
         self._debit = self._r.register_script(DEBIT_LUA)
         self._channel = f"{prefix}events"
 
+    @property
+    def client(self) -> Any:
+        """The Redis client (its pool), for what keeps its own keys here: the response cache."""
+        return self._r
+
     # -- plumbing ---------------------------------------------------------------------------
     def _k(self, *parts: str) -> str:
         return self._p + ":".join(parts)

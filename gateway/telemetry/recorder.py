@@ -55,11 +55,22 @@ M_SHADOW_SIM = "gateway_shadow_similarity"
 M_SHADOW_FAIL = "gateway_shadow_failures"
 M_COST = "gateway_cost_usd"  # Prometheus: gateway_cost_usd_total
 M_QUEUE = "gateway_queue_wait_seconds"
+# the response cache (gateway.cache): lookups by result, what was stored, evicted, saved
+M_CACHE_HITS = "gateway_cache_hits"  # {match: exact|semantic|coalesced}
+M_CACHE_MISSES = "gateway_cache_misses"
+M_CACHE_BYPASSES = "gateway_cache_bypasses"  # {reason: no-cache|no-store|nondeterministic}
+M_CACHE_STORES = "gateway_cache_stores"
+M_CACHE_REFUSED = "gateway_cache_refused"  # answers not kept {reason: check|incomplete|...}
+M_CACHE_EVICTIONS = "gateway_cache_evictions"
+M_CACHE_BYTES = "gateway_cache_bytes"  # up-down: bytes this process added minus freed
+M_CACHE_SAVED = "gateway_cache_saved_tokens"  # engine tokens a hit did not spend
+M_CACHE_ERRORS = "gateway_cache_errors"  # the cache's store unreachable: answered as a miss
 
 A_TIER, A_TASK, A_SLA, A_TENANT = "tier", "task", "sla", "tenant"
 A_ARM = "arm"  # the canary arm of a split rule ("none" outside a split)
 A_STATUS, A_STREAM, A_REASON, A_CHECK = "status", "stream", "reason", "check"
 A_DIRECTION, A_OUTCOME, A_KIND = "direction", "outcome", "kind"
+A_MATCH = "match"
 
 S_OPERATION = "gen_ai.operation.name"
 S_REQ_MODEL = "gen_ai.request.model"
@@ -142,6 +153,7 @@ class RequestRecord:
     cost_usd: float | None = None
     arm: str = "none"
     queue_s: float = 0.0  # waited in the gateway's queue for a free engine slot
+    cache: str | None = None  # "hit/exact", "miss", "bypass/no-cache"; None: no cache rule
 
 
 class Telemetry:
@@ -198,6 +210,7 @@ class Telemetry:
         self.shadow_similarity = m.create_histogram(M_SHADOW_SIM, description="token F1")
         self.shadow_failures = m.create_counter(M_SHADOW_FAIL, description="shadow errors")
         self.cost = m.create_counter(M_COST, description="USD of answers, at the tiers' prices")
+        self.cache = CacheMeters(m)
         self._pending: list[RequestRecord] = []
         self._tenants: set[str] = set()
         self._interval = flush_interval
@@ -304,6 +317,8 @@ class Telemetry:
             self.attempt.record(secs, (tier, kind))
             if kind.startswith("check_"):
                 count(self.check_failures, 1, (A_CHECK, kind[6:]), (A_TIER, tier))
+        if r.cache is not None:
+            self.cache.lookup(r.cache, count)
         if r.ok_attempt_s is not None and r.ttft_s is None:
             # a non-streamed answer's whole attempt; a stream's is its first token (TTFT)
             self.attempt.record(r.ok_attempt_s, (r.tier, "ok"))
@@ -339,6 +354,31 @@ class Telemetry:
                     s.set_attribute("gateway.check.reason", res.reason)
                     return res
         return None
+
+
+class CacheMeters:
+    """The response cache's counters: lookups come with the request records (batched);
+    stores, evictions and bytes are counted where they happen, off the request path."""
+
+    def __init__(self, m: Any):
+        self.hits = m.create_counter(M_CACHE_HITS, description="answers served from the cache")
+        self.misses = m.create_counter(M_CACHE_MISSES, description="cacheable, not found")
+        self.bypasses = m.create_counter(M_CACHE_BYPASSES, description="cache not consulted")
+        self.stores = m.create_counter(M_CACHE_STORES, description="answers kept")
+        self.refused = m.create_counter(M_CACHE_REFUSED, description="answers not kept")
+        self.evictions = m.create_counter(M_CACHE_EVICTIONS, description="entries evicted")
+        self.bytes = m.create_up_down_counter(M_CACHE_BYTES, description="bytes kept")
+        self.saved = m.create_counter(M_CACHE_SAVED, description="engine tokens not spent")
+        self.errors = m.create_counter(M_CACHE_ERRORS, description="store unreachable")
+
+    def lookup(self, result: str, count: Any) -> None:
+        status, _, detail = result.partition("/")
+        if status == "hit":
+            count(self.hits, 1, (A_MATCH, detail or "exact"))
+        elif status == "miss":
+            count(self.misses, 1)
+        else:
+            count(self.bypasses, 1, (A_REASON, detail or "unknown"))
 
 
 def _buckets(b: tuple[float, ...]) -> ExplicitBucketHistogramAggregation:
