@@ -30,6 +30,7 @@ class Usage:
     entries: int
     bytes: int
     max_bytes: int
+    vectors: int = 0  # records in the semantic index
 
 
 class Backend(Protocol):

@@ -143,10 +143,11 @@ class ResponseCache:
             self._flights.land(look.key, look.flight, entry)
 
     async def _keep(self, look: Lookup, kept: Kept) -> None:
+        """Judge and store; the flight lands once the entry is stored (or failed to be),
+        so a request that comes later finds either the flight or the entry."""
         entry = None
         try:
             entry = self._judged(look, kept)
-            self.land(look, entry)  # followers replay it now, before it reaches the store
             if entry is not None:
                 await self._store(look, entry)
         except StoreUnavailable as e:

@@ -93,9 +93,9 @@ class MemoryBackend:
         return len(keys)
 
     async def usage(self, tenant: str) -> Usage:
-        return Usage(
-            len(self._items.get(tenant) or ()), self._sizes.get(tenant, 0), self.tenant_max_bytes
-        )
+        vectors = sum(len(b) for (t, _), b in self._scopes.items() if t == tenant)
+        n = len(self._items.get(tenant) or ())
+        return Usage(n, self._sizes.get(tenant, 0), self.tenant_max_bytes, vectors)
 
     async def entries(self, tenant: str, limit: int) -> list[tuple[str, bytes]]:
         own = self._items.get(tenant)

@@ -160,9 +160,13 @@ class RedisBackend:
     async def usage(self, tenant: str) -> Usage:
         _, exp, meta = self._keys(tenant)
         pipe = self._r.pipeline(transaction=False)
-        pipe.zcard(exp).hget(meta, "bytes")
-        n, size = await self._call(pipe.execute())
-        return Usage(int(n), int(size or 0), self.tenant_max_bytes)
+        pipe.zcard(exp).hget(meta, "bytes").smembers(self._k(tenant, "scopes"))
+        n, size, scopes = await self._call(pipe.execute())
+        pipe = self._r.pipeline(transaction=False)
+        for s in scopes:
+            pipe.hlen(self._k(tenant, "sem:" + s.decode()))
+        vectors = sum(await self._call(pipe.execute())) if scopes else 0
+        return Usage(int(n), int(size or 0), self.tenant_max_bytes, int(vectors))
 
     async def entries(self, tenant: str, limit: int) -> list[tuple[str, bytes]]:
         data, exp, _ = self._keys(tenant)
