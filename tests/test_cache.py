@@ -83,11 +83,15 @@ def reached(engine: str, marker: str) -> int:
 
 
 def ask(
-    c: openai.OpenAI, content: str, stream: bool = False, **kw: Any
+    c: openai.OpenAI,
+    content: str,
+    stream: bool = False,
+    messages_prefix: dict[str, str] | None = None,
+    **kw: Any,
 ) -> tuple[dict[str, str], str, Any]:
     """(headers, answer text, usage or None) of one chat request, streamed or not."""
     kw.setdefault("temperature", 0)
-    msgs = [{"role": "user", "content": content}]
+    msgs = [*([messages_prefix] if messages_prefix else []), {"role": "user", "content": content}]
     if not stream:
         raw = c.chat.completions.with_raw_response.create(model="auto", messages=msgs, **kw)
         done = raw.parse()

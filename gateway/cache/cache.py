@@ -39,7 +39,7 @@ from gateway.telemetry.recorder import CacheMeters
 
 log = logging.getLogger("gateway.cache")
 EMBED_BUDGET_S = 0.5  # the most a lookup waits for an embedding (and a quarter of the TTFT budget)
-KEEP_EMBED_S = 5.0  # an answer kept without its prompt's vector embeds it meanwhile
+KEEP_EMBED_S = 30.0  # an answer kept without its prompt's vector embeds it meanwhile (a first load)
 Spawn = Callable[[Coroutine[Any, Any, None]], Any]
 
 
