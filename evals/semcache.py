@@ -72,7 +72,8 @@ def report(rows: list[dict[str, Any]], vecs: Any, embed_ms: list[float]) -> str:
                 f"| {false:.1%} ({nf}/{n_diff}) |"
             )
     lines += ["", f"Per kind of pair at the shipped threshold {SHIPPED}:", ""]
-    lines += ["| label | kind | pairs | matched, guard on | matched, guard off |", "|---|---|---|---|---|"]
+    lines += ["| label | kind | pairs | matched, guard on | matched, guard off |"]
+    lines += ["|---|---|---|---|---|"]
     on, off = judge(rows, vecs, SHIPPED, True), judge(rows, vecs, SHIPPED, False)
     kinds: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
     for r, a, b in zip(rows, on, off, strict=True):
