@@ -12,7 +12,7 @@ import pytest
 from gateway.cache.minilm import MiniLM
 from tests.conftest import Proc, rules_for_tests, start_gateway
 from tests.test_cache import ask, base, client, counted, marker, reached
-from tests.test_tenancy import ADMIN, call, new_tenant, until
+from tests.test_tenancy import ADMIN, call, new_tenant, tenancy_env, until
 
 _ = counted  # this module's engines: the fixture of tests.test_cache
 
@@ -42,15 +42,18 @@ def semantic_rules(embedder: str) -> dict[str, Any]:
     return rules
 
 
-@pytest.fixture(scope="module", params=["local", "standard"])
+@pytest.fixture(scope="module", params=["local", "standard", "standard-redis"])
 def sem_gw(
     request: pytest.FixtureRequest,
     counted: dict[str, str],
+    prefix: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Proc]:
-    env = {"GATEWAY_ADMIN_TOKEN": ADMIN}
+    """Local embedder or an embeddings tier; in process, or the index in Redis."""
+    embedder, _, store = request.param.partition("-")
+    env = tenancy_env(prefix) if store == "redis" else {"GATEWAY_ADMIN_TOKEN": ADMIN}
     tmp = tmp_path_factory.mktemp("sem")
-    proc, _ = start_gateway(tmp, semantic_rules(request.param), counted, env)
+    proc, _ = start_gateway(tmp, semantic_rules(embedder), counted, env)
     yield proc
     proc.stop()
 

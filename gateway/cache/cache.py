@@ -39,6 +39,7 @@ from gateway.telemetry.recorder import CacheMeters
 
 log = logging.getLogger("gateway.cache")
 EMBED_BUDGET_S = 0.5  # the most a lookup waits for an embedding (and a quarter of the TTFT budget)
+DOWN_S = 5.0  # after the store failed a call, requests skip the cache this long
 KEEP_EMBED_S = 30.0  # an answer kept without its prompt's vector embeds it meanwhile (a first load)
 Spawn = Callable[[Coroutine[Any, Any, None]], Any]
 
@@ -51,6 +52,7 @@ class ResponseCache:
         self._flights = Flights()
         self.embedders = Embedders(embed_threads)
         self._digest: tuple[Rules, str] | None = None
+        self._down_until = 0.0  # monotonic: the store failed; skip it until then
 
     def _rules(self, rules: Rules) -> str:
         if self._digest is None or self._digest[0] is not rules:
@@ -72,6 +74,8 @@ class ResponseCache:
         if rule.deterministic_only and not deterministic(ask.req.body):
             return look.bypass("nondeterministic", store=False)
         look.key = exact_key(ask.tenant, ask.kind, body, route)
+        if time.monotonic() < self._down_until:  # a down store costs no request its timeout
+            return look.bypass("unavailable", store=False)
         if "no-cache" in cc or cc.get("max-age") == "0":
             return look.bypass("no-cache", store=True)
         max_age = _seconds(cc.get("max-age"))
@@ -103,7 +107,9 @@ class ResponseCache:
 
     def _unreachable(self, e: StoreUnavailable) -> None:
         self._m.errors.add(1)
-        log.warning("response cache store unreachable: %s", e)
+        if time.monotonic() >= self._down_until:
+            log.warning("response cache store unreachable, skipped for %.0fs: %s", DOWN_S, e)
+        self._down_until = time.monotonic() + DOWN_S
 
     async def _by_meaning(self, look: Lookup, body: dict[str, Any], max_age: float | None) -> bool:
         """A stored answer to a near-duplicate prompt (a hit), else the prompt's vector for
