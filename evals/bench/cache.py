@@ -291,7 +291,11 @@ def report(a: argparse.Namespace, rows: list[dict[str, Any]], cached: Tally, pla
         f"{int(tok_p):,} through the gateway without a cache "
         f"({1 - tok_c / tok_p if tok_p else 0:.1%} fewer generated tokens).",
         f"Latency p50: a hit {_f(_med(cached.hit_ms))} ms, a miss {_f(_med(cached.miss_ms))} "
-        f"ms (the same requests without a cache: {_f(_med(plain.miss_ms))} ms).",
+        f"ms (the same requests without a cache: {_f(_med(plain.miss_ms))} ms; a miss on a "
+        "semantic rule embeds its prompt first).",
+        "",
+        "The semantic cache's false hits and hit rate on labelled pairs: "
+        "[semantic-cache.md](semantic-cache.md) (`python -m evals semcache`).",
     ]
     return "\n".join(lines) + "\n"
 

@@ -3,8 +3,8 @@
 :class:`ResponseCache` is built once per process (in the data plane's lifespan) over a
 :class:`~gateway.cache.backend.Backend` — Redis when the gateway has one, else in
 process. Per request, :meth:`lookup` (after routing, before admission) finds an entry by
-the exact key, then by meaning when the rule asks, then joins a running identical
-generation; a miss may lead a flight. Answers handed back are judged again
+the exact key, else joins a running identical generation (or leads one), else looks for a
+near duplicate when the rule asks. Answers handed back are judged again
 (:func:`~gateway.cache.entry.refusal`: complete, every check passed) and stored in a
 task of their own; an unreachable store is a miss, never an error.
 """
@@ -82,15 +82,16 @@ class ResponseCache:
         entry = await self._get(ask.tenant, look.key)
         if entry is not None and (max_age is None or entry.age() <= max_age):
             return self._hit(look, entry, "exact")
-        if rule.semantic is not None and await self._by_meaning(look, body, max_age):
-            return look
-        if rule.coalesce:
+        if rule.coalesce:  # the same request being generated: its answer, once kept
             d = ask.d
             budget = d.ttft_budget if ask.req.stream else d.deadline / 2
             entry = await self._flights.follow(look.key, budget)
             if entry is not None:
                 return self._hit(look, entry, "coalesced")
             look.flight = self._flights.lead(look.key)
+        if rule.semantic is not None and await self._by_meaning(look, body, max_age):
+            self.land(look, look.entry)  # its followers replay the near duplicate's answer
+            look.flight = None
         return look
 
     def _hit(self, look: Lookup, entry: Entry, match: str) -> Lookup:
