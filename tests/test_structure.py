@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -501,3 +502,62 @@ def test_import_cycles_on_source(sources: dict[str, str], cycle: str) -> None:
 def test_package_cycles_on_source(sources: dict[str, str], cycle: str) -> None:
     offenders = package_cycles(_package(sources))
     assert offenders == ([f"package cycle: {cycle}"] if cycle else [])
+
+
+# --------------------------------------------------------------------------------------------
+# docs/architecture.md: the package map is the layering the code follows
+# --------------------------------------------------------------------------------------------
+
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+
+
+def read_layers(text: str) -> list[list[str]]:
+    """The map's lines, top (highest) first: each a list of ``gateway.<name>``."""
+    block = text.split("<!-- layers: begin -->", 1)[1].split("<!-- layers: end -->", 1)[0]
+    lines = [ln.strip() for ln in block.splitlines()]
+    return [[f"{PACKAGE}.{n}" for n in ln.split()] for ln in lines if ln and "```" not in ln]
+
+
+def layering_offenders(layers: list[list[str]], graph: dict[str, dict[str, int]]) -> list[Offender]:
+    rank = {name: len(layers) - i for i, line in enumerate(layers) for name in line}
+    offenders = [f"{name}: not in the package map" for name in sorted(graph) if name not in rank]
+    offenders += [f"{name}: in the map, not in the code" for name in rank if name not in graph]
+    for src, targets in sorted(graph.items()):
+        for dst in sorted(targets):
+            if src in rank and dst in rank and rank[dst] >= rank[src]:
+                offenders.append(f"{src} imports {dst}, which is not below it in the map")
+    return offenders
+
+
+def test_architecture_page_matches_the_code() -> None:
+    text = ARCHITECTURE.read_text("utf-8")
+    graph = {k: v for k, v in package_graph(MODULES).items() if k != PACKAGE}
+    offenders = layering_offenders(read_layers(text), graph)
+    paths = sorted(set(re.findall(r"`(gateway/[\w/]+\.py)`", text)))
+    offenders += [
+        f"{p}: named in the walk, does not exist" for p in paths if not (ROOT / p).exists()
+    ]
+    assert paths, "the walk names no module"
+    assert not offenders, "docs/architecture.md:\n" + "\n".join(offenders)
+
+
+@pytest.mark.parametrize(
+    ("layers", "graph", "expected"),
+    [
+        ([["g.a"], ["g.b"]], {"g.a": {"g.b": 1}, "g.b": {}}, []),
+        ([["g.a"], ["g.b"]], {"g.a": {}, "g.b": {"g.a": 1}}, ["g.b imports g.a"]),
+        ([["g.a", "g.b"]], {"g.a": {"g.b": 1}, "g.b": {}}, ["g.a imports g.b"]),
+        ([["g.a"]], {"g.a": {}, "g.c": {}}, ["g.c: not in the package map"]),
+        ([["g.a"], ["g.z"]], {"g.a": {}}, ["g.z: in the map"]),
+    ],
+)
+def test_layering_rule(
+    layers: list[list[str]], graph: dict[str, dict[str, int]], expected: list[str]
+) -> None:
+    offenders = layering_offenders(layers, graph)
+    assert [o.split(",")[0] for o in offenders] == expected
+
+
+def test_read_layers() -> None:
+    text = "x\n<!-- layers: begin -->\n```text\na  b\nc\n```\n<!-- layers: end -->\n"
+    assert read_layers(text) == [["gateway.a", "gateway.b"], ["gateway.c"]]
