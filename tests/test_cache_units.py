@@ -23,7 +23,7 @@ from gateway.dispatch.assemble import assemble
 from gateway.routing.classify import Classification
 from gateway.routing.router import RouteDecision
 from gateway.tenancy.tenants import Policy
-from gateway.upstream.sse import data_payloads
+from gateway.upstream.framing import data_payloads
 
 
 @pytest.mark.parametrize(
@@ -46,7 +46,16 @@ def test_deterministic(body: dict[str, Any], expected: bool) -> None:
 
 def _route(**d: Any) -> Route:
     cls = Classification(
-        "chat", "default", "interactive", "task", None, None, "auto", False, False, 3
+        task="chat",
+        task_source="default",
+        sla="interactive",
+        sla_source="task",
+        tier_hint=None,
+        hint_source=None,
+        model="auto",
+        has_tools=False,
+        stream=False,
+        prompt_tokens=3,
     )
     fields: dict[str, Any] = {
         "rule": "default",

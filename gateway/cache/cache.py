@@ -35,7 +35,7 @@ from gateway.cache.lookup import Ask, Kept, Lookup, cache_control
 from gateway.cache.semantic import Embedders, best, record
 from gateway.errors import StoreUnavailable
 from gateway.rules.schema import Rules
-from gateway.telemetry.recorder import CacheMeters
+from gateway.telemetry.cache_meters import CacheMeters
 
 log = logging.getLogger("gateway.cache")
 EMBED_BUDGET_S = 0.5  # the most a lookup waits for an embedding (and a quarter of the TTFT budget)

@@ -28,9 +28,9 @@ import orjson
 from gateway.cache.guard import same_question
 from gateway.cache.minilm import EmbedderUnavailable, MiniLM
 from gateway.settings import pin_blas_threads
+from gateway.upstream.failures import AttemptFailed
 from gateway.upstream.pools import Pools
 from gateway.upstream.scheduler import ANYONE
-from gateway.upstream.transport import AttemptError
 
 log = logging.getLogger("gateway.cache")
 LOCAL = "local"
@@ -136,7 +136,7 @@ async def _by_tier(pools: Pools, tier: str, text: str, until: float) -> Any | No
         left = until - time.monotonic()
         raw = await pool.post(rep, "/v1/embeddings", body, pool.limits(left, False))
         vec = np.asarray(orjson.loads(raw)["data"][0]["embedding"], dtype=np.float32)
-    except (AttemptError, orjson.JSONDecodeError, KeyError, IndexError, TypeError, ValueError):
+    except (AttemptFailed, orjson.JSONDecodeError, KeyError, IndexError, TypeError, ValueError):
         return None
     finally:
         if rep is not None:

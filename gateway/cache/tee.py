@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import orjson
 
 from gateway.dispatch.assemble import assemble
-from gateway.upstream.sse import data_payloads
+from gateway.upstream.framing import data_payloads
 
 
 class Sink(Protocol):

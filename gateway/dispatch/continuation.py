@@ -31,11 +31,12 @@ import orjson
 from gateway.checks.config import RepetitionSettings
 from gateway.checks.repetition import find_loop_start
 from gateway.dispatch.call import Call
+from gateway.dispatch.fallback import reason, verdict
 from gateway.dispatch.opening import Opening, StreamOpener, StreamStart
 from gateway.dispatch.outcome import Trail
+from gateway.upstream.failures import AttemptFailed, NoContinuation
 from gateway.upstream.pools import Pool, Pools
 from gateway.upstream.sse import StreamState
-from gateway.upstream.transport import AttemptError
 
 log = logging.getLogger("gateway.dispatch")
 Run = Callable[..., Awaitable[tuple[str, Any]]]
@@ -154,8 +155,8 @@ class Continuer:
             return None
         try:
             taken = await ahead.take(trail)
-        except AttemptError as e:
-            log.debug("continuation opened ahead: failed (%s)", e.kind)
+        except AttemptFailed as e:
+            log.debug("continuation opened ahead: failed (%s)", reason(e))
             return None
         log.debug("continuation opened ahead: taken")
         return taken
@@ -165,7 +166,7 @@ class Continuer:
     ) -> tuple[str, StreamStart]:
         """A stream from the tiers after ``after`` that continues the assistant ``prefix``
         (``keep_events``: for a non-streamed answer, to be assembled). Raises
-        :class:`AttemptError` (never a client-error relay) when none can."""
+        :class:`AttemptFailed` (never a client-error relay) when none can."""
         tiers = self._call.d.tiers
         return await self.open_on(
             tiers[tiers.index(after) + 1 :], prefix, sent_tokens, trail, keep_events
@@ -186,19 +187,25 @@ class Continuer:
             pool = self._pools[tier]
             body = continuation_body(call, pool, prefix, sent_tokens)
             if body is None:
-                raise AttemptError("no_continuation", f"tier {tier} cannot continue a stream")
+                raise NoContinuation(f"tier {tier} cannot continue a stream")
             # a trickle fails it where a tier after it can continue (a hand-back's)
-            how = Opening(0, how.until, False, not keep_events, guard_rate=self.possible(tier))
+            how = Opening(
+                hold_tokens=0,
+                until=how.until,
+                deliver=False,
+                stream=not keep_events,
+                guard_rate=self.possible(tier),
+            )
             try:
                 return await self._opener.open(call, pool, body, how, trail)
-            except AttemptError as e:
-                if e.retryable:
+            except AttemptFailed as e:
+                if verdict(e).next_tier:
                     raise
                 pool.continues = False  # it refuses assistant prefixes: never ask again
-                raise AttemptError("no_continuation", f"tier {tier} refused ({e.kind})") from None
+                raise NoContinuation(f"tier {tier} refused ({reason(e)})") from None
 
         if not tiers:
-            raise AttemptError("no_continuation", "no tier left")
+            raise NoContinuation("no tier left")
         result: tuple[str, StreamStart] = await self._run(call, tiers, attempt, trail)
         return result
 

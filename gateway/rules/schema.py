@@ -4,6 +4,9 @@ Parsing is strict: unknown keys are errors, cross references (tiers named by rul
 tasks named by the classifier, checks named by rules) are checked, and every problem
 is reported with its YAML path, all at once. A file that fails never yields a
 :class:`Rules`, so a bad file can never half-replace a good one.
+
+Over 400 lines because it holds the one pydantic schema of the rules file, whose models
+reference each other and are validated together.
 """
 
 from __future__ import annotations
@@ -328,7 +331,7 @@ class Rule(Route):
 
 class Dispatch(_Strict):
     backoff_initial: float = Field(default=0.02, ge=0, description="s before retrying a tier")
-    backoff_max: float = Field(default=0.5, ge=0)
+    backoff_max: float = Field(default=0.5, ge=0, description="s: the longest wait before a retry")
     backoff_jitter: float = Field(default=0.02, ge=0)
     same_tier_retries: int = Field(
         default=1, ge=0, le=3, description="retries of a tier after a reset, 500, 502, 503, 429"
@@ -343,10 +346,14 @@ class Dispatch(_Strict):
     )
 
 
+def _auto_only() -> dict[str, str | None]:
+    return {"auto": None}
+
+
 class Rules(_Strict):
     version: int = 1
     tiers: dict[str, Tier] = Field(min_length=1)
-    aliases: dict[str, str | None] = Field(default_factory=lambda: dict.fromkeys(("auto",)))
+    aliases: dict[str, str | None] = Field(default_factory=_auto_only)
     sla_classes: dict[str, SlaClass] = Field(min_length=1)
     default_sla: str
     tasks: dict[str, TaskClass] = Field(min_length=1)

@@ -10,7 +10,8 @@
 * **Traces** follow the OpenTelemetry GenAI semantic conventions where they exist
   (``gen_ai.*``) and ``gateway.*`` otherwise: one span per request, a child span per
   attempt and per check. With no OTLP endpoint the tracer is the API's no-op tracer.
-* **Logs** are JSON lines with the request id; prompts and keys are never logged.
+* **Logs** are JSON lines with the request id; prompts and keys are never logged. What a
+  request leaves for all three is one :class:`~gateway.telemetry.record.RequestRecord`.
 
 Metric and attribute names live here, as constants.
 """
@@ -24,7 +25,6 @@ import sys
 import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -37,7 +37,9 @@ from opentelemetry.sdk.resources import Resource
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gateway.checks.base import Check, CheckResult, Output, RequestFacts, run_checks
+from gateway.telemetry.cache_meters import CacheMeters
 from gateway.telemetry.histograms import Histogram, HistogramCollector
+from gateway.telemetry.record import RequestRecord, access_fields
 
 # -- names -------------------------------------------------------------------------------------
 M_REQUESTS = "gateway_requests"
@@ -55,22 +57,11 @@ M_SHADOW_SIM = "gateway_shadow_similarity"
 M_SHADOW_FAIL = "gateway_shadow_failures"
 M_COST = "gateway_cost_usd"  # Prometheus: gateway_cost_usd_total
 M_QUEUE = "gateway_queue_wait_seconds"
-# the response cache (gateway.cache): lookups by result, what was stored, evicted, saved
-M_CACHE_HITS = "gateway_cache_hits"  # {match: exact|semantic|coalesced}
-M_CACHE_MISSES = "gateway_cache_misses"
-M_CACHE_BYPASSES = "gateway_cache_bypasses"  # {reason: no-cache|no-store|nondeterministic}
-M_CACHE_STORES = "gateway_cache_stores"
-M_CACHE_REFUSED = "gateway_cache_refused"  # answers not kept {reason: check|incomplete|...}
-M_CACHE_EVICTIONS = "gateway_cache_evictions"
-M_CACHE_BYTES = "gateway_cache_bytes"  # up-down: bytes this process added minus freed
-M_CACHE_SAVED = "gateway_cache_saved_tokens"  # engine tokens a hit did not spend
-M_CACHE_ERRORS = "gateway_cache_errors"  # the cache's store unreachable: answered as a miss
 
 A_TIER, A_TASK, A_SLA, A_TENANT = "tier", "task", "sla", "tenant"
 A_ARM = "arm"  # the canary arm of a split rule ("none" outside a split)
 A_STATUS, A_STREAM, A_REASON, A_CHECK = "status", "stream", "reason", "check"
 A_DIRECTION, A_OUTCOME, A_KIND = "direction", "outcome", "kind"
-A_MATCH = "match"
 
 S_OPERATION = "gen_ai.operation.name"
 S_REQ_MODEL = "gen_ai.request.model"
@@ -131,31 +122,6 @@ _Sums = dict[tuple[Any, tuple[tuple[str, str], ...]], float]
 _BASE = (A_TIER, A_TASK, A_SLA, A_TENANT, A_ARM)
 
 
-@dataclass(slots=True)
-class RequestRecord:
-    request_id: str
-    kind: str  # chat | completions
-    status: int
-    latency_s: float
-    overhead_s: float
-    tier: str = "none"
-    task: str = "unknown"
-    sla: str = "unknown"
-    tenant: str | None = None
-    stream: bool = False
-    rule: str = ""
-    ttft_s: float | None = None
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    failures: list[tuple[str, str, float]] = field(default_factory=list)  # tier, kind, secs
-    ok_attempt_s: float | None = None
-    error_code: str | None = None
-    cost_usd: float | None = None
-    arm: str = "none"
-    queue_s: float = 0.0  # waited in the gateway's queue for a free engine slot
-    cache: str | None = None  # "hit/exact", "miss", "bypass/no-cache"; None: no cache rule
-
-
 class Telemetry:
     def __init__(
         self,
@@ -210,7 +176,7 @@ class Telemetry:
         self.shadow_similarity = m.create_histogram(M_SHADOW_SIM, description="token F1")
         self.shadow_failures = m.create_counter(M_SHADOW_FAIL, description="shadow errors")
         self.cost = m.create_counter(M_COST, description="USD of answers, at the tiers' prices")
-        self.cache = CacheMeters(m)
+        self.cache = CacheMeters(m)  # the response cache's (gateway.telemetry.cache_meters)
         self._pending: list[RequestRecord] = []
         self._tenants: set[str] = set()
         self._interval = flush_interval
@@ -258,9 +224,9 @@ class Telemetry:
     def _one(self, rec: RequestRecord, sums: _Sums) -> None:
         self._record(rec, sums)
         if access_log.isEnabledFor(logging.INFO):
-            access_log.info("request", extra={"fields": _access_fields(rec)})
+            access_log.info("request", extra={"fields": access_fields(rec)})
         elif rec.failures or rec.status >= 500 or rec.error_code:
-            access_log.warning("request", extra={"fields": _access_fields(rec)})
+            access_log.warning("request", extra={"fields": access_fields(rec)})
 
     @staticmethod
     def _add(sums: _Sums) -> None:
@@ -312,11 +278,11 @@ class Telemetry:
             count(self.tokens, r.completion_tokens, *base, (A_DIRECTION, "out"))
         if r.cost_usd:
             count(self.cost, r.cost_usd, *base)
-        for tier, kind, secs in r.failures:
-            count(self.fallbacks, 1, (A_TIER, tier), (A_REASON, kind), (A_TASK, r.task))
-            self.attempt.record(secs, (tier, kind))
-            if kind.startswith("check_"):
-                count(self.check_failures, 1, (A_CHECK, kind[6:]), (A_TIER, tier))
+        for f in r.failures:
+            count(self.fallbacks, 1, (A_TIER, f.tier), (A_REASON, f.reason), (A_TASK, r.task))
+            self.attempt.record(f.seconds, (f.tier, f.reason))
+            if f.check is not None:
+                count(self.check_failures, 1, (A_CHECK, f.check), (A_TIER, f.tier))
         if r.cache is not None:
             self.cache.lookup(r.cache, count)
         if r.ok_attempt_s is not None and r.ttft_s is None:
@@ -356,31 +322,6 @@ class Telemetry:
         return None
 
 
-class CacheMeters:
-    """The response cache's counters: lookups come with the request records (batched);
-    stores, evictions and bytes are counted where they happen, off the request path."""
-
-    def __init__(self, m: Any):
-        self.hits = m.create_counter(M_CACHE_HITS, description="answers served from the cache")
-        self.misses = m.create_counter(M_CACHE_MISSES, description="cacheable, not found")
-        self.bypasses = m.create_counter(M_CACHE_BYPASSES, description="cache not consulted")
-        self.stores = m.create_counter(M_CACHE_STORES, description="answers kept")
-        self.refused = m.create_counter(M_CACHE_REFUSED, description="answers not kept")
-        self.evictions = m.create_counter(M_CACHE_EVICTIONS, description="entries evicted")
-        self.bytes = m.create_up_down_counter(M_CACHE_BYTES, description="bytes kept")
-        self.saved = m.create_counter(M_CACHE_SAVED, description="engine tokens not spent")
-        self.errors = m.create_counter(M_CACHE_ERRORS, description="store unreachable")
-
-    def lookup(self, result: str, count: Any) -> None:
-        status, _, detail = result.partition("/")
-        if status == "hit":
-            count(self.hits, 1, (A_MATCH, detail or "exact"))
-        elif status == "miss":
-            count(self.misses, 1)
-        else:
-            count(self.bypasses, 1, (A_REASON, detail or "unknown"))
-
-
 def _buckets(b: tuple[float, ...]) -> ExplicitBucketHistogramAggregation:
     return ExplicitBucketHistogramAggregation(list(b))
 
@@ -404,38 +345,6 @@ def _otlp_tracer(endpoint: str, resource: Resource) -> Any:
         BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint.rstrip("/") + "/v1/traces"))
     )
     return provider
-
-
-def _access_fields(r: RequestRecord) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "request_id": r.request_id,
-        "status": r.status,
-        "kind": r.kind,
-        "stream": r.stream,
-        "tier": r.tier,
-        "task": r.task,
-        "sla": r.sla,
-        "rule": r.rule,
-        "latency_ms": round(r.latency_s * 1000, 3),
-        "overhead_ms": round(r.overhead_s * 1000, 3),
-        "prompt_tokens": r.prompt_tokens,
-        "completion_tokens": r.completion_tokens,
-    }
-    if r.tenant:
-        out["tenant"] = r.tenant
-    if r.arm != "none":
-        out["arm"] = r.arm
-    if r.ttft_s is not None:
-        out["ttft_ms"] = round(r.ttft_s * 1000, 3)
-    if r.failures:
-        out["fallbacks"] = [f"{t}:{k}" for t, k, _ in r.failures]
-    if r.error_code:
-        out["error"] = r.error_code
-    if r.cost_usd is not None:
-        out["cost_usd"] = round(r.cost_usd, 9)
-    if r.queue_s:
-        out["queue_ms"] = round(r.queue_s * 1000, 3)
-    return out
 
 
 class JsonFormatter(logging.Formatter):
