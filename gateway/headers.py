@@ -12,3 +12,6 @@ H_COST = "x-gateway-cost-usd"  # the answer's price (streams: a trailing SSE com
 H_HEDGE = "x-gateway-hedge"  # a hedge fired: which tier started beside the first, which won
 H_QUEUE = "x-gateway-queue-ms"  # time waited in the gateway's queue for a free engine slot
 H_CONTINUED = "x-gateway-continued"  # non-streamed: "<tier>:<chars>" of the answer came from it
+H_CACHE = "x-gateway-cache"  # hit | miss | bypass: the response cache's part (gateway.cache)
+H_CACHE_MATCH = "x-gateway-cache-match"  # a hit: exact | semantic 0.953 | coalesced
+H_AGE = "age"  # a hit: seconds since the answer was stored (RFC 9111)

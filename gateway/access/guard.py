@@ -179,7 +179,10 @@ class Access:
         prompt = int((usage or {}).get("prompt_tokens") or 0)
         completion = int((usage or {}).get("completion_tokens") or 0)
         micro = round((cost or 0.0) * 1e6)  # counted in micro-USD: integers, atomic in Redis
-        used = Used(tier, prompt, completion, fallback, micro, settle_id=rid, at=time.time())
+        saved = int((usage or {}).get("cache_saved_tokens") or 0)  # a cache hit's
+        used = Used(
+            tier, prompt, completion, fallback, micro, settle_id=rid, at=time.time(), saved=saved
+        )
         settle = self._settle(Unsettled(eff.tenant_id, used, eff.policy, hold))
         if eff.policy.max_concurrent_requests:
             await asyncio.gather(settle, self.release(eff.tenant_id, rid))

@@ -104,6 +104,8 @@ class UsageOut(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     fallbacks_by_reason: dict[str, int]
+    cache_hits: int = Field(description="answers from the response cache: zero engine tokens")
+    cache_saved_tokens: int = Field(description="the engine tokens those answers had cost")
     cost_usd: float = Field(description="answers at the tiers' prices (rules, LiteLLM's map)")
     cost_usd_by_tier: dict[str, float]
 

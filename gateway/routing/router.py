@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 from gateway.errors import PermissionDenied
 from gateway.routing.classify import Classification
+from gateway.rules.cache import CacheRule
 from gateway.rules.schema import Route, Rule, Rules, When
 from gateway.tenancy.tenants import OPEN, Effective
 
@@ -34,6 +35,7 @@ class RouteDecision:
     on_last_failure: str = "deliver"  # the last tier failed a check: "deliver" or "error"
     hedge_after: float | str | None = None  # seconds without a first token, or "auto"
     arm: str | None = None  # the canary arm of a split rule (the metrics' "arm" label)
+    cache: CacheRule | None = None  # the rule's response cache (gateway.cache)
 
     @property
     def route_header(self) -> str:
@@ -141,6 +143,7 @@ class Router:
             on_last_failure=rule.on_last_failure,
             hedge_after=rule.hedge_after,
             arm=arm,
+            cache=rule.cache,
         )
 
 

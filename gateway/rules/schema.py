@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gateway.checks.base import CHECK_NAMES
 from gateway.checks.config import CheckSettings
+from gateway.rules.cache import CacheRule
 
 
 class _Strict(BaseModel):
@@ -296,6 +297,7 @@ class Route(_Strict):
     )
     fallback: tuple[str, ...] = ()
     checks: tuple[str, ...] = ()
+    cache: CacheRule | None = None  # keep answers that passed (gateway.rules.cache)
     hold_back: bool = Field(
         default=False,
         description="hold back the first tokens of every stream of this rule (it is on by "

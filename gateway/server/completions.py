@@ -20,6 +20,7 @@ from aiohttp import web
 from opentelemetry import trace
 
 from gateway.access.guard import rate_headers
+from gateway.cache import Ask
 from gateway.dispatch.fallback import reason
 from gateway.dispatch.outcome import Outcome
 from gateway.dispatch.relay import Sink, StreamRelay
@@ -37,6 +38,7 @@ from gateway.errors import (
 )
 from gateway.headers import H_REQUEST_ID, H_SHOULD_RETRY
 from gateway.request.model import ClientRequest, parse_chat, parse_completion
+from gateway.server.cached import serve_hit
 from gateway.server.exchange import Exchange
 from gateway.server.replies import JSON, error_response, new_id, request_id
 from gateway.server.state import GATEWAY, Gateway, Runtime
@@ -102,6 +104,8 @@ async def handle(request: web.Request, ep: Endpoint) -> web.StreamResponse:
             try:
                 return await _serve(t)
             finally:
+                if t.ex.cache is not None:
+                    t.ex.cache.done()
                 gw.telemetry.record(t.ex.record())
                 if gw.telemetry.tracing:
                     t.ex.annotate(span)
@@ -113,6 +117,11 @@ async def _serve(t: _Turn) -> web.StreamResponse:
         eff = ex.eff = await gw.access.authenticate(t.request.headers.get("Authorization"))
         req = t.ep.parse(await read_body(t.request, gw.settings))
         d = ex.d = rt.route(req, t.request.headers, eff)
+        if gw.cache is not None and d.cache is not None:
+            ask = Ask(req, d, eff, t.request.headers, rt.rules, rt.pools, ex.kind)
+            ex.cache = await gw.cache.lookup(ask)
+            if ex.cache is not None and ex.cache.entry is not None:
+                return await serve_hit(t.request, gw, ex, t.ep.wire)
         slot = new_id("adm_")  # the in-flight member: ours, never the client's
         want = NO_RESERVE
         if eff.policy.has_budget:
@@ -123,6 +132,8 @@ async def _serve(t: _Turn) -> web.StreamResponse:
         out = await rt.dispatcher.serve(req, d, eff)
         if isinstance(out, StreamRelay):
             return await _relay(t, out)
+        if ex.cache is not None:
+            ex.cache.keep_answer(out, rt.dispatcher.call(req, d, 0.0).checks)
     except GatewayError as e:
         return _failed(gw, ex, e)
     except ClientRejected as e:  # the engine refused the request itself: relay its answer
@@ -190,7 +201,8 @@ async def _relay(t: _Turn, relay: StreamRelay) -> web.StreamResponse:
         raise
     ex.mark_first_byte()
     try:
-        await _drive(relay, resp if wire is None else wire.sink(resp), ex)
+        sink = resp if wire is None else wire.sink(resp)
+        await _drive(relay, sink if ex.cache is None else ex.cache.tee(sink), ex)
     finally:
         ex.tier = relay.tier
         ex.usage, ex.cost = relay.charged()
@@ -198,6 +210,8 @@ async def _relay(t: _Turn, relay: StreamRelay) -> web.StreamResponse:
             ex.error = "stream_broken"
         else:
             _maybe_shadow(t, relay.call.req, relay.start.state.text)
+            if ex.cache is not None:
+                ex.cache.keep_stream(relay)
         _account(gw, ex)
     return resp
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from opentelemetry import trace
 
+from gateway.cache.lookup import Lookup
 from gateway.dispatch.outcome import Trail, describe_fallback
 from gateway.headers import (
     H_BACKOFF,
@@ -57,12 +58,15 @@ class Exchange:
     admission: Admission | None = None
     slot: str | None = None  # the admission's in-flight member (released at the end)
     cost: float | None = None  # USD, at the answering tier's price (None: it has none)
+    cache: Lookup | None = None  # the response cache's part (None: the route keeps none)
 
     def headers(self) -> dict[str, str]:
         """x-gateway-route, -tier, -fallback, -overhead-ms, -backoff-ms, -checks-failed."""
         if self.d is None:
             return {}
         h = {H_ROUTE: self.d.route_header}
+        if self.cache is not None:
+            h.update(self.cache.headers())
         t = self.trail
         if t is None:
             return h
@@ -128,6 +132,7 @@ class Exchange:
             cost_usd=self.cost,
             arm=(d.arm or "none") if d else "none",
             queue_s=t.queue_s if t else 0.0,
+            cache=self.cache.result if self.cache is not None else None,
         )
 
     def annotate(self, span: trace.Span) -> None:

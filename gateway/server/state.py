@@ -23,6 +23,7 @@ import orjson
 from aiohttp import web
 
 from gateway.access.guard import Access
+from gateway.cache import ResponseCache, build_cache
 from gateway.checks.registry import build_checks
 from gateway.dispatch.attempts import Dispatcher
 from gateway.dispatch.shadow import Shadow
@@ -91,6 +92,7 @@ class Gateway:
     runtime: Runtime
     transport: TransportFactory | None = None
     control: RulesControl | None = None
+    cache: ResponseCache | None = None  # built with the gateway (gateway.cache)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
     @classmethod
@@ -120,6 +122,7 @@ class Gateway:
         gw = cls(settings, store, access, tel, _runtime(rules, pools, tel, store), transport)
         for p in pools.by_tier.values():
             p.on_models = lambda: gw.models_changed(pools)
+        gw.cache = build_cache(settings, store, tel, gw.spawn)
         return gw
 
     def use_rules(self, rules: Rules) -> None:
@@ -211,6 +214,8 @@ class Gateway:
                 await t
         await self.access.close()  # stops renewing slots; writes what usage it still can
         await self.runtime.pools.close()
+        if self.cache is not None:
+            await self.cache.close()
         await self.telemetry.close()
         if self.store is not None:
             await self.store.close()

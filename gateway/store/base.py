@@ -136,6 +136,7 @@ class Used:
     micro_usd: int = 0
     settle_id: str | None = None  # the request's own id: settling twice counts once
     at: float = 0.0  # when it was used (epoch s; 0: now): the day and budget period it counts in
+    saved: int = 0  # a response-cache hit: the engine tokens its stored answer had cost
 
     @property
     def tokens(self) -> int:
@@ -154,4 +155,6 @@ def usage_fields(u: Used) -> list[tuple[str, int]]:
         out += [("cost_micro_usd", u.micro_usd), (f"cost_micro_usd:{u.tier}", u.micro_usd)]
     if u.fallback:
         out.append((f"fallbacks:{u.fallback}", 1))
+    if u.saved:
+        out += [("cache_hits", 1), ("cache_saved_tokens", u.saved)]
     return out

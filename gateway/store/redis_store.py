@@ -7,6 +7,8 @@ breaker; each concern's module for its own keys and consistency rules.
 
 from __future__ import annotations
 
+from typing import Any
+
 from gateway.settings import Settings, store_target
 from gateway.store.admission import RedisAdmission
 from gateway.store.events import RedisEvents
@@ -62,6 +64,11 @@ class RedisStore(
     @property
     def conn(self) -> RedisConn:
         return self._c
+
+    @property
+    def client(self) -> Any:
+        """The Redis client (its pool), for what keeps its own keys here: the response cache."""
+        return self._c.r
 
     @property
     def health(self) -> StoreHealth:

@@ -43,6 +43,7 @@ class RequestRecord:
     cost_usd: float | None = None
     arm: str = "none"
     queue_s: float = 0.0  # waited in the gateway's queue for a free engine slot
+    cache: str | None = None  # "hit/exact", "miss", "bypass/no-cache"; None: no cache rule
 
 
 def access_fields(r: RequestRecord) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from opentelemetry.sdk.resources import Resource
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gateway.checks.base import Check, CheckResult, Output, RequestFacts, run_checks
+from gateway.telemetry.cache_meters import CacheMeters
 from gateway.telemetry.histograms import Histogram, HistogramCollector
 from gateway.telemetry.record import RequestRecord, access_fields
 
@@ -175,6 +176,7 @@ class Telemetry:
         self.shadow_similarity = m.create_histogram(M_SHADOW_SIM, description="token F1")
         self.shadow_failures = m.create_counter(M_SHADOW_FAIL, description="shadow errors")
         self.cost = m.create_counter(M_COST, description="USD of answers, at the tiers' prices")
+        self.cache = CacheMeters(m)  # the response cache's (gateway.telemetry.cache_meters)
         self._pending: list[RequestRecord] = []
         self._tenants: set[str] = set()
         self._interval = flush_interval
@@ -281,6 +283,8 @@ class Telemetry:
             self.attempt.record(f.seconds, (f.tier, f.reason))
             if f.check is not None:
                 count(self.check_failures, 1, (A_CHECK, f.check), (A_TIER, f.tier))
+        if r.cache is not None:
+            self.cache.lookup(r.cache, count)
         if r.ok_attempt_s is not None and r.ttft_s is None:
             # a non-streamed answer's whole attempt; a stream's is its first token (TTFT)
             self.attempt.record(r.ok_attempt_s, (r.tier, "ok"))

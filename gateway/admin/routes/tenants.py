@@ -189,6 +189,8 @@ async def usage(
             "prompt_tokens": u.get("prompt_tokens", 0),
             "completion_tokens": u.get("completion_tokens", 0),
             "fallbacks_by_reason": {k[10:]: v for k, v in u.items() if k.startswith("fallbacks:")},
+            "cache_hits": u.get("cache_hits", 0),
+            "cache_saved_tokens": u.get("cache_saved_tokens", 0),
             "cost_usd": u.get("cost_micro_usd", 0) / 1e6,
             "cost_usd_by_tier": {
                 k[15:]: v / 1e6 for k, v in u.items() if k.startswith("cost_micro_usd:")
