@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from gateway.admin.routes import keys, ops, rules, tenants
+from gateway.admin.routes import keys, live, ops, rules, tenants
 
-ROUTERS: tuple[APIRouter, ...] = (tenants.router, keys.router, rules.router, ops.router)
+ROUTERS: tuple[APIRouter, ...] = (
+    tenants.router,
+    keys.router,
+    rules.router,
+    ops.router,
+    live.router,
+)
