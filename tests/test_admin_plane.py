@@ -10,6 +10,8 @@ import json
 import socket
 import subprocess
 import sys
+import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +20,16 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway.admin.models import KeyList, NewKeyOut, TenantDetail, TenantList, TenantOut
+from gateway.admin.models import (
+    KeyList,
+    LiveOut,
+    NewKeyOut,
+    TenantDetail,
+    TenantList,
+    TenantOut,
+)
+from gateway.admin.session import COOKIE
+from gateway.rules.schema import RulesError, parse_rules
 from tests.conftest import ROOT, Proc, free_port, rules_for_tests, start_gateway
 from tests.test_tenancy import ADMIN, call
 
@@ -41,6 +52,7 @@ ROUTES = (
     ("POST", "/admin/keys/{key_id}/rotate"),
     ("GET", "/admin/rules"),
     ("PUT", "/admin/rules"),
+    ("POST", "/admin/rules/validate"),
     ("POST", "/admin/rules/reload"),
     ("POST", "/admin/rules/rollback"),
     ("GET", "/admin/rules/versions"),
@@ -49,6 +61,7 @@ ROUTES = (
     ("POST", "/admin/explain"),
     ("GET", "/admin/audit"),
     ("GET", "/admin/shadow"),
+    ("GET", "/admin/live"),
 )
 
 
@@ -222,6 +235,130 @@ def test_bodies_and_statuses_follow_the_models(gw: tuple[Proc, str]) -> None:
     _, log, _ = call(admin, "GET", "/admin/audit?limit=3", token=ADMIN)
     assert [e["action"] for e in log["data"]] == ["tenant.delete", "key.revoke", "key.create"]
     assert log["data"][0]["from"] == "127.0.0.1" and log["data"][0]["who"] == "admin"
+
+
+# --- validate, explain by other rules, live numbers --------------------------------------
+
+
+def _rules_with_probe_rule(name: str) -> str:
+    data = rules_for_tests()
+    rule = {"name": name, "when": {"headers": {"x-probe": "1"}}, "tier": "standard"}
+    data["rules"].insert(0, rule)
+    return yaml.safe_dump(data)
+
+
+def test_validate_reports_every_error_and_changes_nothing(gw: tuple[Proc, str]) -> None:
+    admin = gw[0].admin
+    before = call(admin, "GET", "/admin/rules")[1]
+    data = rules_for_tests()
+    data["tiers"]["standard"]["timeouts"]["ttft"] = 0
+    data["tiers"]["standard"]["colour"] = "blue"
+    bad = yaml.safe_dump(data)
+    with pytest.raises(RulesError) as e:
+        parse_rules(bad)
+    st, out, _ = call(admin, "POST", "/admin/rules/validate", raw=bad.encode())
+    assert st == 200 and out == {"valid": False, "errors": e.value.errors, "tiers": [], "rules": []}
+    assert len(out["errors"]) == 2
+    good = _rules_with_probe_rule("probe")
+    st, out, _ = call(admin, "POST", "/admin/rules/validate", raw=good.encode())
+    assert st == 200 and out["valid"] and out["errors"] == []
+    assert out["tiers"] == ["highspeed", "standard"] and out["rules"][0] == "probe"
+    st, err, _ = call(admin, "POST", "/admin/rules/validate", raw=b"\xff")
+    assert st == 400 and err["error"]["code"] == "invalid_rules"
+    after = call(admin, "GET", "/admin/rules")[1]
+    assert after["version"] == before["version"] and after["last_error"] is None
+
+
+def test_explain_by_rules_that_are_not_running(gw: tuple[Proc, str]) -> None:
+    admin = gw[0].admin
+    req = {
+        "headers": {"x-probe": "1"},
+        "body": {"model": "auto", "messages": [{"role": "user", "content": "x"}]},
+    }
+    st, running, _ = call(admin, "POST", "/admin/explain", req)
+    assert st == 200 and running["rule"] != "probe-draft"
+    draft = _rules_with_probe_rule("probe-draft")
+    st, out, _ = call(admin, "POST", "/admin/explain", {**req, "rules": draft})
+    assert st == 200 and out["rule"] == "probe-draft" and out["tiers"] == ["standard"]
+    st, err, _ = call(admin, "POST", "/admin/explain", {**req, "rules": "tiers: 3\n"})
+    assert st == 422 and err["error"]["errors"]
+    assert call(admin, "GET", "/admin/rules")[1]["last_error"] is None  # nothing was submitted
+
+
+def _login(admin: str) -> str:
+    """The console's session cookie, as a browser gets it."""
+    data = urllib.parse.urlencode({"token": ADMIN, "name": "ops"}).encode()
+    req = urllib.request.Request(f"{admin}/console/login", data=data, method="POST")
+
+    class Keep(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *a: Any, **kw: Any) -> None:
+            return None  # keep the 303 and its Set-Cookie
+
+    try:
+        urllib.request.build_opener(Keep).open(req, timeout=10)
+    except urllib.error.HTTPError as e:
+        assert e.code == 303
+        cookie = e.headers["set-cookie"]
+        e.close()
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
+    return str(cookie.split(";", 1)[0])
+
+
+def _get_with_cookie(url: str, cookie: str) -> int:
+    req = urllib.request.Request(url, headers={"Cookie": cookie})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        e.close()
+        return int(e.code)
+
+
+def test_live_numbers_take_the_token_or_a_console_session(gw: tuple[Proc, str]) -> None:
+    admin = gw[0].admin
+    st, live, _ = call(admin, "GET", "/admin/live")
+    assert st == 200 and LiveOut.model_validate(live)
+    assert set(live["pools"]) == {"highspeed", "standard"}
+    assert {"highspeed", "standard"} <= set(live["tiers"])
+    assert call(admin, "GET", "/admin/live", token=None)[0] == 401
+    cookie = _login(admin)
+    assert cookie.startswith(f"{COOKIE}=") and ADMIN not in cookie
+    assert _get_with_cookie(f"{admin}/admin/live", cookie) == 200
+    assert _get_with_cookie(f"{admin}/admin/tenants", cookie) == 401  # the rest: Bearer only
+    assert _get_with_cookie(f"{admin}/admin/live", cookie[:-2] + "xx") == 401
+    # a wrong Bearer token is not rescued by a good cookie
+    req = urllib.request.Request(
+        f"{admin}/admin/live", headers={"Cookie": cookie, "Authorization": "Bearer wrong"}
+    )
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=10)
+    assert e.value.code == 401
+    e.value.close()
+
+
+def test_console_pages_need_a_session_and_are_not_in_the_api_document(
+    gw: tuple[Proc, str],
+) -> None:
+    admin = gw[0].admin
+    req = urllib.request.Request(f"{admin}/console/tenants")
+
+    class Keep(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *a: Any, **kw: Any) -> None:
+            return None
+
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.build_opener(Keep).open(req, timeout=10)
+    assert e.value.code == 303
+    assert e.value.headers["location"] == "/console/login?next=/console/tenants"
+    e.value.close()
+    cookie = _login(admin)
+    req = urllib.request.Request(f"{admin}/console/tenants", headers={"Cookie": cookie})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        assert r.status == 200 and r.headers["content-type"].startswith("text/html")
+        assert "script-src 'self'" in r.headers["content-security-policy"]
+        assert r.headers["x-frame-options"] == "DENY"
+    spec = json.loads(get(f"{admin}/openapi.json")[1])
+    assert not [p for p in spec["paths"] if p.startswith("/console")]
 
 
 # --- the CLI and the listener's life --------------------------------------------------

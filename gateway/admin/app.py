@@ -19,6 +19,7 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
 from gateway.admin.deps import check_token
+from gateway.admin.live import LiveWindow
 from gateway.admin.routes import ROUTERS
 from gateway.admin.wire import error_response, json_response
 from gateway.errors import (
@@ -54,6 +55,7 @@ def create_admin_app(gw: Gateway) -> FastAPI:
     )
     app.state.gateway = gw
     app.state.max_body_bytes = gw.settings.max_body_bytes
+    app.state.live = LiveWindow()
     for router in ROUTERS:
         app.include_router(router)
 

@@ -2,7 +2,8 @@
 the tenant a path names, and the audit log.
 
 Every route needs ``Authorization: Bearer <GATEWAY_ADMIN_TOKEN>``, compared in constant
-time over the whole header; a tenant key is just a wrong token here.
+time over the whole header; a tenant key is just a wrong token here. The read-only routes
+the operator console polls also take its session cookie (:mod:`gateway.admin.session`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from gateway.admin.live import LiveWindow
+from gateway.admin.session import COOKIE, Session, verify
 from gateway.errors import NotFound, PermissionDenied, Unauthorized
 from gateway.rules.control import RulesControl
 from gateway.server.app import Gateway
@@ -51,6 +54,25 @@ def admin_token(
     check_token(request)
 
 
+def console_session(request: Request) -> Session | None:
+    """The operator console's session (its signed cookie), or None."""
+    token = get_gateway(request).settings.admin_token
+    if token is None:
+        return None
+    return verify(token.get_secret_value(), request.cookies.get(COOKIE), time.time())
+
+
+def admin_or_console(
+    request: Request,
+    _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> None:
+    """The admin token, or the console's session cookie: for the read-only routes that the
+    console's page script polls (a script cannot read the HttpOnly cookie to send a token)."""
+    if "authorization" not in request.headers and console_session(request) is not None:
+        return
+    check_token(request)
+
+
 def get_store(gw: GatewayDep) -> Store:
     if gw.store is None:
         raise PermissionDenied(_DISABLED, code="admin_disabled")
@@ -79,6 +101,14 @@ async def existing_tenant(tenant_id: str, store: TenantStoreDep) -> Tenant:
 
 
 TenantDep = Annotated[Tenant, Depends(existing_tenant)]
+
+
+def get_live(request: Request) -> LiveWindow:
+    live: LiveWindow = request.app.state.live
+    return live
+
+
+LiveDep = Annotated[LiveWindow, Depends(get_live)]
 
 
 def admin_user(request: Request) -> str:

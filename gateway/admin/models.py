@@ -47,6 +47,9 @@ class ExplainIn(BaseModel):
     headers: dict[str, str] = Field(default_factory=dict)
     body: dict[str, Any]
     tenant_id: str | None = Field(default=None, description="decide as this tenant would")
+    rules: str | None = Field(
+        default=None, description="routing rules (YAML) to decide by instead of the running ones"
+    )
 
 
 # -- responses -----------------------------------------------------------------------------
@@ -113,6 +116,31 @@ class UsageOut(BaseModel):
 class PoolsOut(BaseModel):
     tiers: dict[str, Any] = Field(description="per tier: availability, circuit, replicas")
     store_degraded: bool
+
+
+class LiveOut(BaseModel):
+    at: float = Field(description="Unix time of the reading")
+    pools: dict[str, Any] = Field(description="as GET /admin/pools 'tiers'")
+    store_degraded: bool
+    window_s: float | None = Field(description="seconds the rates cover; null: first reading")
+    over: Literal["window", "start"] = Field(
+        description="percentiles over the window or since start"
+    )
+    tiers: dict[str, Any] = Field(
+        description="per tier: requests, errors, rate, error_rate (per second), latency_s and "
+        "ttft_s {p50, p95, p99, n}, queue_waiting, shed, fallbacks and fallbacks_window "
+        "(by reason), check_failures (by check)"
+    )
+    cache: dict[str, Any] | None = Field(
+        description="the response cache's hits, misses, hit_rate; null: no cache figures"
+    )
+
+
+class ValidateOut(BaseModel):
+    valid: bool
+    errors: list[str] = Field(description="every problem found, each with its YAML path")
+    tiers: list[str] = Field(description="the file's tiers (valid files)")
+    rules: list[str] = Field(description="the file's rule names, in order (valid files)")
 
 
 class RulesOut(BaseModel):

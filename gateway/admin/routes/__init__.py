@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from gateway.admin.routes import cache, keys, ops, rules, tenants
+from gateway.admin.routes import cache, keys, live, ops, rules, tenants
 
 ROUTERS: tuple[APIRouter, ...] = (
     tenants.router,
@@ -12,4 +12,5 @@ ROUTERS: tuple[APIRouter, ...] = (
     cache.router,
     rules.router,
     ops.router,
+    live.router,
 )

@@ -7,12 +7,14 @@ from typing import Annotated, Any
 
 from fastapi import Query, Response
 
-from gateway.admin.deps import GatewayDep, StoreDep
+from gateway.admin.deps import ControlDep, GatewayDep, StoreDep
 from gateway.admin.models import ExplainIn, PoolsOut, RecordList
 from gateway.admin.routes.base import admin_router, errors
 from gateway.admin.wire import json_response
-from gateway.errors import BadRequest, NotFound
+from gateway.errors import BadRequest, NotFound, Unprocessable
 from gateway.routing.explain import explain as explain_request
+from gateway.rules.control import RulesControl
+from gateway.rules.schema import Rules, RulesError
 from gateway.tenancy.tenants import ApiKey, effective_policy
 
 router = admin_router("operations")
@@ -35,13 +37,25 @@ async def pools(gw: GatewayDep) -> Response:
     return json_response({"tiers": gw.runtime.pools.state(), "store_degraded": gw.access.degraded})
 
 
+def _rules_to_explain(body: ExplainIn, running: Rules, control: RulesControl) -> Rules:
+    """The running rules, or the ones the body brings (422 with every error if invalid)."""
+    if body.rules is None:
+        return running
+    try:
+        return control.parse(body.rules, "explain")
+    except RulesError as e:
+        raise Unprocessable("The rules to explain against are invalid.", e.errors) from None
+
+
 @router.post(
     "/admin/explain",
-    summary="The routing decision for a request (optionally as a tenant)",
+    summary="The routing decision for a request (optionally as a tenant, or by other rules)",
     response_model=dict[str, Any],
-    responses=errors(404),
+    responses=errors(404, 422),
 )
-async def explain(body: ExplainIn, gw: GatewayDep, store: StoreDep) -> Response:
+async def explain(
+    body: ExplainIn, gw: GatewayDep, store: StoreDep, control: ControlDep
+) -> Response:
     eff = None
     if body.tenant_id is not None:
         t = await store.get_tenant(body.tenant_id)
@@ -50,7 +64,7 @@ async def explain(body: ExplainIn, gw: GatewayDep, store: StoreDep) -> Response:
         eff = effective_policy(t, ApiKey(id="-", tenant_id=t.id, digest="", prefix=""))
     rt = gw.runtime
     out = explain_request(
-        rt.rules,
+        _rules_to_explain(body, rt.rules, control),
         {"path": body.path, "headers": body.headers, "body": body.body},
         eff,
         rt.pools.health(),

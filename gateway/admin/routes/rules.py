@@ -1,17 +1,25 @@
-"""The routing rules: show, upload (YAML), reload from disk, roll back, history.
+"""The routing rules: show, validate, upload (YAML), reload from disk, roll back, history.
 
 A change is validated whole first (422 with every error, the running rules unchanged),
-then stored as a new version that every replica adopts.
+then stored as a new version that every replica adopts. ``validate`` runs the same
+checks and changes nothing.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Request, Response
 
 from gateway.admin.deps import Audit, AuditDep, ControlDep, StoreDep, admin_user
-from gateway.admin.models import RecordList, Rollback, RulesOut, RulesVersionOut, VersionOut
+from gateway.admin.models import (
+    RecordList,
+    Rollback,
+    RulesOut,
+    RulesVersionOut,
+    ValidateOut,
+    VersionOut,
+)
 from gateway.admin.routes.base import admin_router, errors
 from gateway.admin.wire import json_response
 from gateway.errors import BadRequest, NotFound, Unprocessable
@@ -38,25 +46,47 @@ async def rules(control: ControlDep) -> Response:
     )
 
 
+def _yaml_body() -> dict[str, Any]:
+    """OpenAPI: the route takes a YAML text body."""
+    yaml = {"application/yaml": {"schema": {"type": "string"}}}
+    return {"requestBody": {"required": True, "content": yaml}}
+
+
+async def _yaml_text(request: Request) -> str:
+    try:
+        return (await request.body()).decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadRequest("The rules must be UTF-8 YAML.", code="invalid_rules") from None
+
+
+YamlDep = Annotated[str, Depends(_yaml_text)]
+
+
+@router.post(
+    "/admin/rules/validate",
+    summary="Validate rules (YAML body) as an upload would, changing nothing",
+    response_model=ValidateOut,
+    openapi_extra=_yaml_body(),
+)
+async def validate_rules(text: YamlDep, control: ControlDep) -> Response:
+    try:
+        r = control.parse(text, "validate")
+    except RulesError as e:
+        return json_response({"valid": False, "errors": e.errors, "tiers": [], "rules": []})
+    names = [rule.name for rule in r.rules]
+    return json_response({"valid": True, "errors": [], "tiers": list(r.tiers), "rules": names})
+
+
 @router.put(
     "/admin/rules",
     summary="Upload new rules (YAML body); validated first, 422 with every error",
     response_model=VersionOut,
     responses=errors(422),
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {"application/yaml": {"schema": {"type": "string"}}},
-        }
-    },
+    openapi_extra=_yaml_body(),
 )
 async def upload_rules(
-    request: Request, control: ControlDep, audit: AuditDep, who: UserDep
+    text: YamlDep, control: ControlDep, audit: AuditDep, who: UserDep
 ) -> Response:
-    try:
-        text = (await request.body()).decode("utf-8")
-    except UnicodeDecodeError:
-        raise BadRequest("The rules must be UTF-8 YAML.", code="invalid_rules") from None
     return await _submit(control, audit, text, "admin upload", who)
 
 

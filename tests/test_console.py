@@ -1,0 +1,414 @@
+"""The operator console in a real browser: headless Chromium (Debian's ``chromium`` and
+``chromium-driver``) driven with Selenium against a real gateway process (fake engines,
+Redis under the module's own prefix).
+
+Without the browser these tests skip, unless ``REQUIRE_BROWSER=1`` (``make test`` sets it
+after ``make browser`` installed it). With ``CONSOLE_SHOTS=DIR`` the tiers page and a rules
+diff are saved as ``DIR/console-*.png`` (``python -m deploy.screenshots`` does that for the
+docs); otherwise under the test's own temporary folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import yaml
+
+from tests.conftest import REDIS, Proc, free_port, rules_for_tests, start_gateway
+from tests.test_tenancy import ADMIN
+
+pytest.importorskip("selenium")
+
+from selenium.common.exceptions import NoSuchElementException
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.ui import WebDriverWait
+
+from deploy.screenshots import browser_paths, chromium, shoot
+from gateway.rules.schema import RulesError, parse_rules
+
+T = TypeVar("T")
+WAIT_S = 20.0  # the page script polls every 3 s; under a loaded machine, allow a few polls
+
+
+def _need_browser() -> None:
+    if browser_paths() is None:
+        if os.environ.get("REQUIRE_BROWSER") == "1":
+            pytest.fail("chromium and chromedriver are required (make browser)")
+        pytest.skip("chromium and chromedriver are not installed (make browser)")
+
+
+@pytest.fixture(scope="module")
+def gw(
+    engines: dict[str, str], prefix: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Proc]:
+    """A gateway with the admin API and Redis; its high-speed tier has a second replica
+    that is down (nothing listens on its port)."""
+    _need_browser()
+    dead = f"http://127.0.0.1:{free_port()}"
+    urls = {"highspeed": f"{engines['highspeed']},{dead}", "standard": engines["standard"]}
+    env = {
+        "GATEWAY_ADMIN_TOKEN": ADMIN,
+        "GATEWAY_REDIS_URL": REDIS,
+        "GATEWAY_REDIS_PREFIX": prefix,
+        "GATEWAY_KEY_SECRET": "console-test-secret-0123",
+    }
+    proc, _ = start_gateway(tmp_path_factory.mktemp("console"), rules_for_tests(), urls, env)
+    proc.dead = dead  # type: ignore[attr-defined]
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def browser(gw: Proc, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
+    d = chromium(tmp_path_factory.mktemp("chromium-profile"))
+    d.implicitly_wait(0)
+    yield d
+    d.quit()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = os.environ.get("CONSOLE_SHOTS")
+    return Path(out) if out else tmp_path_factory.mktemp("shots")
+
+
+@pytest.fixture()
+def page(browser: WebDriver, gw: Proc) -> WebDriver:
+    """The browser, logged in to the console."""
+    browser.get(f"{gw.admin}/console/tiers")
+    if "/console/login" in browser.current_url:
+        login(browser, ADMIN, "ci")
+    return browser
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def wait(d: WebDriver, what: Callable[[WebDriver], T], timeout: float = WAIT_S) -> T:
+    return WebDriverWait(d, timeout, poll_frequency=0.1).until(lambda drv: what(drv) or None)
+
+
+def by_id(d: WebDriver, id_: str) -> Any:
+    return d.find_element(By.ID, id_)
+
+
+def login(d: WebDriver, token: str, name: str = "") -> None:
+    by_id(d, "token").send_keys(token)
+    if name:
+        by_id(d, "name").send_keys(name)
+    by_id(d, "login").click()
+
+
+def admin_call(gw: Proc, method: str, path: str, body: Any = None) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(f"{gw.admin}{path}", data=data, method=method)
+    req.add_header("Authorization", f"Bearer {ADMIN}")
+    with urllib.request.urlopen(req, timeout=10) as r:
+        raw = r.read()
+    return json.loads(raw) if raw else None
+
+
+def chat(gw: Proc, key: str, text: str, stream: bool = False) -> int:
+    """One chat request on the data port with a tenant key; the HTTP status."""
+    body = {"model": "auto", "messages": [{"role": "user", "content": text}], "stream": stream}
+    req = urllib.request.Request(
+        gw.url.removesuffix("/healthz") + "/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=20) as r:
+            r.read()
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        e.read()
+        return int(e.code)
+
+
+def until_status(gw: Proc, key: str, want: int) -> None:
+    """A key change reaches the data plane through the store's events: poll for it."""
+    deadline = time.monotonic() + WAIT_S
+    while (got := chat(gw, key, "hello")) != want and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert got == want
+
+
+def new_key(gw: Proc) -> str:
+    t = admin_call(gw, "POST", "/admin/tenants", {"name": f"traffic-{uuid.uuid4().hex[:6]}"})
+    return str(admin_call(gw, "POST", f"/admin/tenants/{t['id']}/keys", {})["key"])
+
+
+def cell(d: WebDriver, *path: str | int) -> Any:
+    """The element a live figure is shown in (``data-live`` path into /admin/live)."""
+    return d.find_element(By.CSS_SELECTOR, f"[data-live='{json.dumps(list(path))}']")
+
+
+def upload_file(d: WebDriver, path: Path) -> None:
+    """Choose a rules file; the page's script loads it into the text box."""
+    by_id(d, "rules-file").send_keys(str(path))
+    want = path.read_text()
+    wait(d, lambda drv: by_id(drv, "rules-yaml").get_property("value") == want)
+
+
+def shown_errors(d: WebDriver, box: str = "rule-errors") -> list[str]:
+    return [li.text for li in by_id(d, box).find_elements(By.CSS_SELECTOR, "ul.errors li")]
+
+
+def current_version(gw: Proc) -> int:
+    return int(admin_call(gw, "GET", "/admin/rules")["version"])
+
+
+def good_rules(marker: str) -> dict[str, Any]:
+    """The test rules with one more rule in front (requests with ``x-console: <marker>``
+    go to the standard tier alone) and a longer hedge budget: a diff with lines added and
+    lines changed, the tiers (and their pools) untouched."""
+    data = rules_for_tests()
+    data["dispatch"]["hedge_burst"] = 20
+    rule = {"name": f"console-{marker}", "when": {"headers": {"x-console": marker}}}
+    data["rules"].insert(0, {**rule, "tier": "standard", "fallback": []})
+    return data
+
+
+# -- the tests -------------------------------------------------------------------------------
+
+
+def test_login_refuses_a_wrong_token_and_keeps_an_httponly_strict_cookie(
+    browser: WebDriver, gw: Proc
+) -> None:
+    browser.delete_all_cookies()
+    browser.get(f"{gw.admin}/console/rules")
+    assert "/console/login" in browser.current_url
+    login(browser, "not-the-admin-token-0123456789")
+    assert "not the admin token" in by_id(browser, "errors").text
+    assert browser.get_cookie("gateway_console") is None
+    login(browser, ADMIN, "ci")
+    wait(browser, lambda d: d.current_url.endswith("/console/rules"))  # back where it asked
+    cookie = browser.get_cookie("gateway_console")
+    assert cookie is not None
+    assert cookie["httpOnly"] is True and cookie["sameSite"] == "Strict"
+    assert ADMIN not in cookie["value"]
+    # the token is not readable by the page's scripts either
+    assert "gateway_console" not in browser.execute_script("return document.cookie")
+    # the JSON API keeps its Bearer token: the session cookie does not open it
+    assert browser.execute_script("return fetch('/admin/tenants').then(r => r.status)") == 401
+    assert browser.execute_script("return fetch('/admin/live').then(r => r.status)") == 200
+
+
+def test_tiers_page_shows_both_tiers_health_and_live_numbers(
+    page: WebDriver, gw: Proc, shots: Path
+) -> None:
+    for tier in ("highspeed", "standard"):
+        assert cell(page, "pools", tier, "available").text == "up"
+        assert cell(page, "pools", tier, "circuit_open").text == "closed"
+    dead = gw.dead  # type: ignore[attr-defined]
+    rows = page.find_elements(By.CSS_SELECTOR, "#replicas tbody tr[data-replica]")
+    assert {r.get_attribute("data-replica") for r in rows} >= {dead}
+    # the dead replica turns "down" once probed; the page script refreshes it in place
+    wait(page, lambda d: cell(d, "pools", "highspeed", "replicas", 1, "up").text == "down")
+    assert "bad" in cell(page, "pools", "highspeed", "replicas", 1, "up").get_attribute("class")
+    assert cell(page, "pools", "highspeed", "replicas", 0, "up").text == "up"
+
+    key = new_key(gw)
+    for i in range(6):
+        assert chat(gw, key, f"hello {i}") == 200
+    assert chat(gw, key, "[[highspeed: status=500]] then the standard tier") == 200
+    assert chat(gw, key, "[[highspeed: loop; chunks=40]] a loop", stream=True) == 200
+    live = admin_call(gw, "GET", "/admin/live")["tiers"]
+    assert live["highspeed"]["fallbacks"] and live["highspeed"]["check_failures"]
+    # without a reload: the script's poll brings the new figures
+    wait(page, lambda d: cell(d, "tiers", "highspeed", "requests").text not in ("0", "\u2014"))
+    wait(page, lambda d: "http_500" in cell(d, "tiers", "highspeed", "fallbacks").text)
+    assert "repetition" in cell(page, "tiers", "highspeed", "check_failures").text
+    assert cell(page, "tiers", "highspeed", "latency_s", "p50").text.endswith(" ms")
+    wait(page, lambda d: cell(d, "tiers", "highspeed", "rate").text.endswith("/s"))
+    assert (
+        int(
+            by_id(page, "tiers").find_element(By.XPATH, "..").get_attribute("data-live-updates")
+            or 0
+        )
+        >= 1
+    )
+    shoot(page, shots / "console-tiers.png")
+    assert (shots / "console-tiers.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_bad_rules_file_is_refused_with_every_error(
+    page: WebDriver, gw: Proc, tmp_path: Path
+) -> None:
+    data = rules_for_tests()
+    data["tiers"]["highspeed"]["timeouts"]["ttft"] = -1
+    data["tiers"]["standard"]["circuit"]["failures"] = "many"
+    data["tiers"]["standard"]["colour"] = "blue"
+    data["surprise"] = True
+    text = yaml.safe_dump(data)
+    with pytest.raises(RulesError) as e:
+        parse_rules(text)
+    expected = e.value.errors
+    assert len(expected) >= 4
+
+    before = current_version(gw)
+    page.get(f"{gw.admin}/console/rules")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    upload_file(page, bad)
+    by_id(page, "validate").click()
+    wait(page, lambda d: shown_errors(d) == expected)
+    upload_file(page, bad)
+    by_id(page, "upload").click()
+    wait(page, lambda d: shown_errors(d) == expected)
+    assert "running rules are unchanged" in by_id(page, "rule-errors").text
+    assert by_id(page, "current-version").text == f"version {before}"
+    assert current_version(gw) == before
+    # the refused draft stays in the box to be fixed
+    assert by_id(page, "rules-yaml").get_property("value") == text
+
+
+def test_validate_and_explain_a_draft_before_uploading_it(
+    page: WebDriver, gw: Proc, tmp_path: Path
+) -> None:
+    before = current_version(gw)
+    marker = uuid.uuid4().hex[:6]
+    good = tmp_path / "good.yaml"
+    good.write_text(yaml.safe_dump(good_rules(marker)))
+    page.get(f"{gw.admin}/console/rules")
+    upload_file(page, good)
+    by_id(page, "validate").click()
+    wait(page, lambda d: "Valid:" in by_id(d, "valid").text)
+    assert f"console-{marker}" in by_id(page, "valid").text
+
+    request = {
+        "headers": {"x-console": marker},
+        "body": {"model": "auto", "messages": [{"role": "user", "content": "hi"}]},
+    }
+    box = by_id(page, "explain-request")
+    box.clear()
+    box.send_keys(json.dumps(request))
+    by_id(page, "explain").click()
+    wait(page, lambda d: by_id(d, "explain-rule").text == f"console-{marker}")
+    assert by_id(page, "explain-tiers").text == "standard"
+    assert current_version(gw) == before  # nothing was uploaded
+    running = admin_call(gw, "POST", "/admin/explain", request)
+    assert running["rule"] != f"console-{marker}"
+
+
+def test_upload_shows_the_diff_and_rollback_restores_the_version(
+    page: WebDriver, gw: Proc, tmp_path: Path, shots: Path
+) -> None:
+    before = current_version(gw)
+    marker = uuid.uuid4().hex[:6]
+    good = tmp_path / "good.yaml"
+    good.write_text(yaml.safe_dump(good_rules(marker)))
+    page.get(f"{gw.admin}/console/rules")
+    upload_file(page, good)
+    by_id(page, "upload").click()
+    wait(page, lambda d: "/console/rules/diff" in d.current_url)
+    after = current_version(gw)
+    assert after > before
+    assert page.find_element(By.TAG_NAME, "h1").text == f"Rules: version {before} → version {after}"
+    added = page.find_elements(By.CSS_SELECTOR, "#diff .diff_add")
+    assert any(f"console-{marker}" in a.text for a in added)
+    assert by_id(page, "diff-summary").text.startswith("+")
+    shoot(page, shots / "console-rules-diff.png")
+
+    by_id(page, "rollback").click()
+    wait(page, lambda d: d.find_elements(By.ID, "rolled-back"))
+    assert f"version {before}" in by_id(page, "rolled-back").text
+    assert by_id(page, "current-version").text == f"version {before}"
+    assert current_version(gw) == before
+    row = page.find_element(By.CSS_SELECTOR, f"#versions tr[data-version='{before}']")
+    assert "running" in row.text
+
+
+def test_create_rotate_and_revoke_a_key(page: WebDriver, gw: Proc) -> None:
+    name = f"acme-{uuid.uuid4().hex[:6]}"
+    page.get(f"{gw.admin}/console/tenants")
+    by_id(page, "tenant-name").send_keys(name)
+    by_id(page, "create-tenant").click()
+    wait(page, lambda d: name in d.find_element(By.TAG_NAME, "h1").text)
+
+    by_id(page, "key-name").send_keys("ci")
+    by_id(page, "create-key").click()
+    first = wait(page, lambda d: by_id(d, "new-key-value").text)
+    assert chat(gw, first, "hello") == 200
+
+    page.find_element(By.CSS_SELECTOR, "#keys button.rotate").click()
+    wait(page, lambda d: "was rotated" in by_id(d, "new-key").text)
+    second = by_id(page, "new-key-value").text
+    assert second != first
+    until_status(gw, first, 401)
+    assert chat(gw, second, "hello") == 200
+
+    page.find_element(By.CSS_SELECTOR, "#keys button.revoke").click()
+    WebDriverWait(page, WAIT_S).until(expected_conditions.alert_is_present()).accept()
+    wait(page, lambda d: "revoked" in by_id(d, "done").text)
+    with pytest.raises(NoSuchElementException):
+        page.find_element(By.CSS_SELECTOR, "#keys button.revoke")
+    until_status(gw, second, 401)
+
+    def usage(d: WebDriver) -> bool:  # usage is settled after each answer: poll the page
+        d.refresh()
+        return int(by_id(d, "usage-requests").text) >= 2  # the answers the two keys got
+
+    wait(page, usage)
+
+
+def test_a_refused_policy_shows_every_error(page: WebDriver, gw: Proc) -> None:
+    t = admin_call(gw, "POST", "/admin/tenants", {"name": f"p-{uuid.uuid4().hex[:6]}"})
+    page.get(f"{gw.admin}/console/tenants/{t['id']}")
+    box = by_id(page, "policy")
+    box.clear()
+    box.send_keys(json.dumps({"allowed_tiers": ["nope"], "default_sla": "never"}))
+    by_id(page, "save-policy").click()
+    wait(page, lambda d: shown_errors(d, "errors"))
+    assert shown_errors(page, "errors") == ["unknown tier 'nope'", "unknown SLA class 'never'"]
+
+
+def test_shadow_comparisons_are_listed(page: WebDriver, gw: Proc) -> None:
+    t = admin_call(
+        gw, "POST", "/admin/tenants", {"name": "shadowed", "policy": {"shadow_rate": 1.0}}
+    )
+    key = admin_call(gw, "POST", f"/admin/tenants/{t['id']}/keys", {})["key"]
+    assert chat(gw, key, "compare me") == 200
+    deadline = time.monotonic() + WAIT_S
+    while not [r for r in admin_call(gw, "GET", "/admin/shadow")["data"] if r["tenant"] == t["id"]]:
+        assert time.monotonic() < deadline, "no shadow record"
+        time.sleep(0.1)
+    page.get(f"{gw.admin}/console/shadow")
+    rows = page.find_elements(By.CSS_SELECTOR, "#shadow-records tbody tr")
+    assert any(t["id"] in r.text and "standard" in r.text for r in rows)
+    assert "highspeed" in by_id(page, "shadow-summary").text
+
+
+def test_the_audit_log_names_the_console_operator(page: WebDriver, gw: Proc) -> None:
+    page.get(f"{gw.admin}/console/audit")
+    assert "console:ci" in by_id(page, "audit").text
+
+
+def test_a_form_without_the_sessions_csrf_token_is_refused(page: WebDriver, gw: Proc) -> None:
+    before = current_version(gw)
+    page.get(f"{gw.admin}/console/rules")
+    page.execute_script(
+        "document.querySelectorAll('input[name=csrf]').forEach(i => i.value = 'forged')"
+    )
+    page.find_element(By.CSS_SELECTOR, "#versions button.rollback").click()
+    wait(page, lambda d: "stale" in by_id(d, "errors").text)
+    assert current_version(gw) == before
+
+
+def test_logging_out_ends_the_session(page: WebDriver, gw: Proc) -> None:
+    by_id(page, "logout").click()
+    wait(page, lambda d: "/console/login" in d.current_url)
+    page.get(f"{gw.admin}/console/tenants")
+    assert "/console/login" in page.current_url
+    assert page.execute_script("return fetch('/admin/live').then(r => r.status)") == 401
