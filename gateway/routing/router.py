@@ -122,6 +122,7 @@ class Router:
         if p.fallback_enabled is False:
             chain = chain[:1]
             why.append(f"fallback off ({eff.who('fallback_enabled')})")
+        checks = _checks(rule.guarded_checks(len(chain) > 1), eff)  # the guards need a fallback
         tiers = tuple(t for t in chain if healthy.get(t, True))
         skipped = [t for t in chain if t not in tiers]
         if skipped:
@@ -132,7 +133,7 @@ class Router:
         return RouteDecision(
             name,
             tiers,
-            _checks(rule.checks, eff),
+            checks,
             sla.deadline,
             sla.ttft_budget,
             " ".join(why),
