@@ -106,7 +106,7 @@ def _rules(out: Path, hedge: bool, engines: str) -> Path:
             tier["continuation"] = "continue_final_message"
     if not hedge:
         for route in (data["default"], *data["rules"]):
-            route.pop("hedge_after", None)
+            route["hedge_after"] = None
     path = out / f"rules-{'hedge' if hedge else 'nohedge'}.yaml"
     path.write_text(yaml.safe_dump(data))
     return path

@@ -12,3 +12,4 @@ H_COST = "x-gateway-cost-usd"  # the answer's price (streams: a trailing SSE com
 H_HEDGE = "x-gateway-hedge"  # a hedge fired: which tier started beside the first, which won
 H_QUEUE = "x-gateway-queue-ms"  # time waited in the gateway's queue for a free engine slot
 H_CONTINUED = "x-gateway-continued"  # non-streamed: "<tier>:<chars>" of the answer came from it
+H_FINISH = "x-gateway-finish"  # streams: how a break after the first byte would be finished

@@ -40,8 +40,20 @@ def fed(payloads: list[bytes], general: bool = False, chat: bool = True) -> Stre
 
 
 def summary(s: StreamState) -> tuple[object, ...]:
-    return (s.id, s.model, s.created, s.text(), s.tokens, s.chars, s.finish_reason, s.usage,
-            s.tool_calls, s.multi, s.plain, s.first.get("id"))
+    return (
+        s.id,
+        s.model,
+        s.created,
+        s.text(),
+        s.tokens,
+        s.chars,
+        s.finish_reason,
+        s.usage,
+        s.tool_calls,
+        s.multi,
+        s.plain,
+        s.first.get("id"),
+    )
 
 
 def test_fast_and_general_paths_agree_on_a_plain_stream() -> None:
@@ -49,7 +61,9 @@ def test_fast_and_general_paths_agree_on_a_plain_stream() -> None:
     assert summary(fast) == summary(general)
     assert fast.text() == "Hello world" and fast.plain and fast.finish_reason == "stop"
     assert fast.tool_calls[0] == {
-        "id": "t1", "type": "function", "function": {"name": "f", "arguments": '{"a":1}'}
+        "id": "t1",
+        "type": "function",
+        "function": {"name": "f", "arguments": '{"a":1}'},
     }
     assert [orjson.loads(p) for p in PLAIN_STREAM] == fast.parsed_events()
 
@@ -138,8 +152,11 @@ def test_what_is_not_plain(payload: bytes, plain: bool) -> None:
         (ev({"choices": [], "usage": [1]}), "bad_stream", "usage is not an object"),
         (ev({"choices": [{"delta": {"tool_calls": "x"}}]}), "bad_stream", "tool_calls"),
         (ev({"choices": [{"delta": {"tool_calls": ["x"]}}]}), "bad_stream", "malformed"),
-        (ev({"choices": [{"delta": {"tool_calls": [{"function": {"name": 3}}]}}]}),
-         "bad_stream", "name is not a string"),
+        (
+            ev({"choices": [{"delta": {"tool_calls": [{"function": {"name": 3}}]}}]}),
+            "bad_stream",
+            "name is not a string",
+        ),
         (ev({"error": {"message": "overloaded"}}), "stream_error", "overloaded"),
         (ev({"error": "boom"}), "stream_error", "boom"),
     ],

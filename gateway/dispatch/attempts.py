@@ -40,6 +40,7 @@ from gateway.dispatch.budget import MIN_ATTEMPT_S, Kind, LatencyBook, reserve
 from gateway.dispatch.call import Call
 from gateway.dispatch.complete import Completer
 from gateway.dispatch.continuation import Continuer
+from gateway.dispatch.finish import plan
 from gateway.dispatch.hedge import BothFailed, HedgeBudget, race
 from gateway.dispatch.opening import Opening, StreamOpener
 from gateway.dispatch.outcome import BridgePlan, Failure, Outcome, Trail
@@ -130,6 +131,7 @@ class Dispatcher:
             return await self._opener.open(call, pool, body, how, trail)
 
         tier, start = await self._run(call, call.d.tiers, attempt, trail, hedge=True)
+        trail.finish = plan(call, self._pools, tier, held=self._hold(call, tier) > 0)
         cont = Continuer(call, self._pools, self._opener, self._run, self._repetition)
         return StreamRelay(call, tier, start, trail, cont)
 

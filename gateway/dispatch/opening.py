@@ -54,6 +54,7 @@ class StreamStart:
     waited_s: float = 0.0  # time spent waiting on the engine (the rest is the gateway's own)
     rate: RateGuard | None = None  # the tier's minimum rate, where another tier can take over
     since: float = field(default_factory=time.monotonic)  # when it took its slot
+    way: str | None = None  # finishing another tier's stream: continue, prompt or restart
 
     def discard(self) -> None:
         """Not used after all (a hedge's other answer won): close it, free the slot."""

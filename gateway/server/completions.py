@@ -37,6 +37,7 @@ from gateway.errors import (
 from gateway.headers import H_REQUEST_ID, H_SHOULD_RETRY
 from gateway.request.model import ClientRequest, parse_chat, parse_completion
 from gateway.routing.router import RouteDecision
+from gateway.server.budgets import priced_route
 from gateway.server.exchange import Exchange
 from gateway.server.replies import JSON, error_response, new_id, request_id
 from gateway.server.state import GATEWAY, Gateway, Runtime
@@ -97,6 +98,8 @@ async def _serve(
         d = ex.d = rt.router.decide(
             rt.classifier.classify(req, request.headers), rt.pools.health(), eff
         )
+        if eff.policy.cost_budget is not None:  # only tiers whose answers can be priced
+            d = ex.d = priced_route(d, rt.pools)
         slot = new_id("adm_")  # the in-flight member: ours, never the client's
         want = _worst_case(rt, d, req, gw.settings) if eff.policy.has_budget else NO_RESERVE
         ex.admission = await gw.access.admit(eff, slot, want)

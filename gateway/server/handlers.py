@@ -75,6 +75,7 @@ async def readyz(request: web.Request) -> web.Response:
     saturated = pools.saturated()
     body = {"ready": ok, "saturated": any(saturated.values()), "tiers": health}
     body |= {"models": models, "saturated_tiers": saturated}
+    body["capabilities"] = pools.capabilities()  # what a hosted tier lacks, among others
     if ok and body["saturated"] and request.app[GATEWAY].settings.unready_when_saturated:
         ok = False  # requests wait here for engine slots: new work should go elsewhere
     return web.json_response(body, status=200 if ok else 503)
