@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from gateway.checks.base import CheckResult
 from gateway.dispatch.budget import MIN_ATTEMPT_S, LatencyBook
 from gateway.dispatch.call import Call
+from gateway.dispatch.hedge import HedgeWatch
 from gateway.dispatch.live import LiveChecks
 from gateway.dispatch.outcome import BridgePlan, Trail
 from gateway.dispatch.rate import RateGuard
@@ -37,6 +38,7 @@ class Opening:
     first_token: asyncio.Event | None = None  # set when the first token arrived (hedging)
     guard_rate: bool = False  # another tier can take over: a trickling stream fails
     bridge: BridgePlan | None = None  # a hedge's second tier: it may hand back (bridge.py)
+    watch: HedgeWatch | None = None  # a hedge's first tier: its retry and the hedge weighed
 
 
 @dataclass(slots=True)
