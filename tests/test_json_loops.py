@@ -23,6 +23,7 @@ SENTENCE = "The product is a great product. "
 HEAD = '{"name": "Kettle", "summary": "Boils water quickly! '
 LOOPING = HEAD + SENTENCE * 30  # stuck inside the string, never closed
 ESCAPED = '{"lines": "' + "one\\ttwo\\nthree four\\n" * 20 + '"}'  # escapes repeat too
+SHORT_CLOSED = '{"a": "' + "one two three\\n" * 16 + '"}'  # no probe inside it but the end
 ARRAY_LOOP = '{"tags": [' + '"kitchen appliance", ' * 40 + '"x"]}'
 
 
@@ -48,7 +49,7 @@ GOOD = json.dumps(
         ("a sentence repeated inside a string", LOOPING, True),
         ("the same, closed", LOOPING + '"}', True),
         ("escapes repeated inside a string, closed", ESCAPED, True),
-        ("a short loop closed by the string's end", '{"a": "' + "one two three\\n" * 16 + '"}', True),
+        ("a short loop closed by the string's end", SHORT_CLOSED, True),
         ("an array of one value over and over", ARRAY_LOOP, True),
         ("a long array of distinct records", GOOD, False),
         ("a short object", '{"a": 1, "b": "two"}', False),
@@ -70,7 +71,7 @@ def test_json_rules_get_the_repetition_guard() -> None:
     assert call.d.rule == "extraction" and "repetition" in call.d.checks
 
 
-REST = ['grown ', 'in ', 'China."}']
+REST = ["grown ", "in ", 'China."}']
 
 
 @aio
