@@ -190,22 +190,6 @@ class Pool:
             pool.price = pool.price or hosted.price
         return pool
 
-    def capabilities(self) -> dict[str, object]:
-        """What this tier can do for another's answer and for accounting (``/readyz``):
-        whether it continues a text another tier began (a hosted model: by assistant
-        prefill, where LiteLLM's model map says it takes one; any tier: until it refuses
-        one), how a stream broken before it would be finished there, whether its price is
-        known."""
-        t = self.tier
-        continues = t.continuation != "off" and self.continues
-        finish = "continue" if continues else ("prompt" if t.continuation_prompt else "restart")
-        return {
-            "provider": t.provider,
-            "continues": continues,
-            "finish": finish,
-            "priced": self.price is not None,
-        }
-
     def cost(self, usage: dict[str, Any] | None) -> float | None:
         """USD for an answer's usage at this tier's price; None when the tier has none."""
         if self.price is None or not usage:
@@ -368,26 +352,6 @@ def _hosted(tier: Tier) -> LiteLLMTransport:
     return LiteLLMTransport(dict(tier.litellm_params or {}))
 
 
-def _say_lacks(pool: Pool) -> None:
-    """A hosted tier says at start what it lacks: a way to continue another tier's text
-    (then a stream broken before it restarts there: ``gateway.dispatch.finish``) and a
-    known price (then its answers report no cost, and no tenant with a USD budget is sent
-    to it)."""
-    c = pool.capabilities()
-    lacks = []
-    if not c["continues"]:
-        lacks.append(
-            f"no assistant prefill (a stream broken before it is finished by {c['finish']})"
-        )
-    if not c["priced"]:
-        lacks.append("no known price (no cost reported; USD-budget tenants are not sent to it)")
-    model = (pool.tier.litellm_params or {}).get("model")
-    if lacks:
-        log.warning("hosted tier %s (%s): %s", pool.name, model, "; ".join(lacks))
-    else:
-        log.info("hosted tier %s (%s): continues by prefill, priced", pool.name, model)
-
-
 TransportFactory = Callable[[str, Tier], Transport]
 
 
@@ -407,9 +371,6 @@ class Pools:
         if on_models is not None:
             for p in self.by_tier.values():
                 p.on_models = lambda: on_models(self)
-        for p in self.by_tier.values():
-            if p.tier.provider == "litellm":
-                _say_lacks(p)
         self._users = 0
         self._retired: asyncio.Event | None = None
 
@@ -470,9 +431,6 @@ class Pools:
             }
             for name, p in self.by_tier.items()
         }
-
-    def capabilities(self) -> dict[str, dict[str, object]]:
-        return {name: p.capabilities() for name, p in self.by_tier.items()}
 
     def saturated(self) -> dict[str, bool]:
         return {name: p.gate.saturated for name, p in self.by_tier.items()}
