@@ -188,7 +188,7 @@ async def test_no_backoff_before_another_tier_only_before_the_same_one() -> None
     assert out.trail.backoff_s == 0.0
     rig = Rig(by_tier(highspeed=Reply(status=503, retry_after=0.05), standard=OK_STD))
     out = await rig.dispatcher.complete(rig.call())
-    assert out.trail.backoff_s == pytest.approx(0.05)
+    assert out.trail.backoff_s >= 0.05  # the Retry-After, honoured (reported as really waited)
 
 
 @aio

@@ -102,3 +102,15 @@ async def test_a_non_streamed_json_answer_that_loops_is_joined_and_judged_whole(
     assert SENTENCE.strip() not in text  # nothing was sent: the loop is gone
     assert "response_format" not in rig.calls("standard")[0]
     assert out.trail.checks_failed is None  # the joined answer passed json_valid too
+
+
+@aio
+async def test_a_json_stream_that_does_not_begin_as_json_falls_back_before_its_first_byte() -> None:
+    fenced = Reply(chunks=events(["Here is the JSON:\n```json\n", '{"a": 1}', "\n```"]))
+    rig = Rig(by_tier(highspeed=fenced, standard=Reply(chunks=events(['{"a": ', "1}"]))))
+    relay = await rig.dispatcher.stream(rig.call(stream=True, response_format=JSON_FORMAT))
+    assert relay.tier == "standard"  # nothing of the fenced answer went out
+    assert [f.kind for f in relay.trail.failures] == ["check_json_valid"]
+    sink = Sink()
+    await relay.run(sink)
+    assert json.loads(sink.text()) == {"a": 1}

@@ -27,6 +27,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -196,7 +197,7 @@ class Continuer:
             pool = self._pools[tier]
             # a trickle fails it where a tier after it can take over (a hand-back's)
             guard = self.finishable(tier) if finish else self.possible(tier)
-            how = Opening(0, how.until, False, not keep_events, guard_rate=guard)
+            how = Opening(0, how.until, False, not keep_events, guard_rate=guard, continuing=True)
             w = way(call, pool)
             if w == "continue":
                 try:
@@ -238,8 +239,9 @@ class Continuer:
     ) -> StreamStart:
         """A tier that cannot continue ``prefix``: asked to by its prompt, or restarted."""
         body = prompt_body(self._call, pool, prefix, sent_tokens) if w == "prompt" else None
-        if body is None:
+        if body is None:  # a restart is an answer's beginning: judged as one
             w, body = "restart", restart_body(self._call, pool)
+            how = replace(how, continuing=False)
         s = await self._opener.open(self._call, pool, body, how, trail)
         s.way = w
         return s

@@ -39,6 +39,7 @@ class Opening:
     guard_rate: bool = False  # another tier can take over: a trickling stream fails
     bridge: BridgePlan | None = None  # a hedge's second tier: it may hand back (bridge.py)
     watch: HedgeWatch | None = None  # a hedge's first tier: its retry and the hedge weighed
+    continuing: bool = False  # it continues another tier's text (not an answer's beginning)
 
 
 @dataclass(slots=True)
@@ -92,7 +93,13 @@ class StreamOpener:
             b"",
             SSEFramer(pool.tier.max_event_bytes, pool.tier.max_answer_bytes),
             StreamState(call.req.kind == "chat"),
-            LiveChecks(call.checks, call.req.facts, cfg.check_every_chars, cfg.check_window_chars),
+            LiveChecks(
+                call.checks,
+                call.req.facts,
+                cfg.check_every_chars,
+                cfg.check_window_chars,
+                fresh=not how.continuing,
+            ),
             pool,
             rep,
         )
