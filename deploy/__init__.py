@@ -1,9 +1,12 @@
 """Deployment artefacts of the gateway, generated from the project's own sources.
 
-``python -m deploy.render`` writes the Kubernetes manifests (``deploy/k8s``) and
-``python -m deploy.grafana.build_dashboard`` the Grafana dashboard
-(``deploy/grafana/gateway-dashboard.json``). Both outputs are committed; the tests in
-``tests/test_deploy.py`` re-render them and fail when the committed files have drifted.
+The Helm chart ``deploy/helm/llm-gateway`` is the one source of the Kubernetes objects.
+``python -m deploy.render`` writes the chart's inputs that come from Python (the cluster's
+rules and the tiers' SGLang command lines, under ``files/``), ``python -m
+deploy.grafana.build_dashboard`` the Grafana dashboard (``deploy/grafana/gateway-dashboard.json``)
+and ``python -m deploy.k8s_tools`` installs the helm and kubectl binaries the chart's tests
+use. The generated files are committed; ``tests/test_deploy.py`` re-renders them and fails
+when they have drifted, ``tests/test_helm.py`` renders and validates the chart.
 """
 
 from __future__ import annotations

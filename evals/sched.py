@@ -13,7 +13,12 @@ system prompt and for its own earlier turns). The engine replica is picked by:
 * ``modulo``: the previous scheme, prefix hash mod n with bounded load (the same engine on
   every gateway replica while the set is stable; most prefixes move when it changes);
 * ``rendezvous``: the gateway's ``Pool.choose`` (rendezvous hashing, bounded load at the
-  default ``affinity_slack`` 1.0; ``rendezvous@0.25``: at slack 0.25).
+  default ``affinity_slack`` 1.0; ``rendezvous@0.25``: at slack 0.25);
+* ``smg``: no choice in the gateway: each gateway replica's pool has one endpoint, an SGLang
+  Model Gateway (``sglang-router`` from PyPI, its own process, ``--policy cache_aware``)
+  shared by both gateway replicas, over the same engines; ``smg@round_robin`` etc. pick
+  another router policy. The router is installed into the benchmark's venv on first use
+  (:mod:`evals.bench.peers`).
 
 Figures per policy: the engines' prefix-cache hit rate (cached / prompt tokens, from the
 answers' ``usage``) and TTFT P50/P99 in model time (the simulator's ``sim.ttft_ms``), and,
@@ -26,15 +31,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
 import random
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import aiohttp
@@ -42,13 +50,14 @@ from aiohttp import web
 
 from engines.sim import SimConfig, SimServer
 from evals.bench.common import percentile
+from evals.bench.peers import router_argv, router_python
 from evals.report_util import ROOT, md_table, shown_path
 from gateway.request.model import parse_chat
 from gateway.rules.schema import Tier
 from gateway.upstream.pools import Pool, Replica
 from gateway.upstream.scheduler import Gate, Ticket
 
-POLICIES = ("round-robin", "least-load", "modulo", "rendezvous@0.25", "rendezvous")
+POLICIES = ("round-robin", "least-load", "modulo", "rendezvous@0.25", "rendezvous", "smg")
 WORDS = ("policy", "ledger", "invoice", "shipment", "tenant", "account", "region", "order")
 FAIR = (
     "One engine replica lets 4 requests generate at once (50 ms each; the rest wait FIFO). "
@@ -56,6 +65,7 @@ FAIR = (
     "another. Latency per request, in wall time (the gateway's own queue, "
     "`gateway/upstream/scheduler.py`, in process)."
 )
+_JSON = MappingProxyType({"Content-Type": "application/json"})
 Choose = Callable[[Pool, int, "Gw"], Replica]
 
 
@@ -154,8 +164,10 @@ async def _chat(
         rep = choose(gw.pool, parse_chat(raw).affinity, gw)
         rep.in_flight += 1
         try:
-            async with s.post(rep.url + "/v1/chat/completions", data=raw) as r:
-                answer = await r.json()
+            async with s.post(rep.url + "/v1/chat/completions", data=raw, headers=_JSON) as r:
+                answer = await r.json(content_type=None)
+                if r.status != 200:
+                    raise RuntimeError(f"{rep.url} answered {r.status}: {answer}")
         finally:
             rep.in_flight -= 1
         u = answer["usage"]
@@ -171,10 +183,36 @@ async def _chat(
         )
 
 
+async def _start_router(urls: list[str], policy: str) -> tuple[subprocess.Popen[bytes], str]:
+    """An SGLang Model Gateway over ``urls``, ready (its ``/readiness`` says every worker is
+    registered) within 60 s."""
+    port = _free_port()
+    argv = router_argv(router_python(), port, urls, policy=policy, metrics_port=_free_port())
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    async with aiohttp.ClientSession() as s:
+        while time.monotonic() < deadline and proc.poll() is None:
+            with contextlib.suppress(aiohttp.ClientError, OSError):
+                async with s.get(url + "/readiness") as r:
+                    body = await r.json(content_type=None)
+                    if r.status == 200 and body.get("healthy_workers") == len(urls):
+                        return proc, url
+            await asyncio.sleep(0.2)
+    proc.kill()
+    raise RuntimeError(f"sglang-router over {len(urls)} engines not ready within 60 s")
+
+
 async def _run_policy(name: str, a: argparse.Namespace) -> dict[str, Any]:
     runners, urls = await _start_engines(a.engines, a)
-    base, _, slack = name.partition("@")  # rendezvous@0.25: another affinity_slack
-    tier = Tier(endpoints=tuple(urls), model="sim", affinity_slack=float(slack or 1.0))
+    base, _, param = name.partition("@")  # rendezvous@0.25: another affinity_slack
+    router: subprocess.Popen[bytes] | None = None
+    if base == "smg":
+        router, router_url = await _start_router(urls, param or "cache_aware")
+        tier = Tier(endpoints=(router_url,), model="sim")
+        base = "round-robin"  # one endpoint: the router chooses
+    else:
+        tier = Tier(endpoints=tuple(urls), model="sim", affinity_slack=float(param or 1.0))
     gws = [Gw(Pool.create("highspeed", tier)) for _ in range(a.gateways)]
     samples: list[Sample] = []
     sem = asyncio.Semaphore(a.concurrency)
@@ -190,6 +228,9 @@ async def _run_policy(name: str, a: argparse.Namespace) -> dict[str, Any]:
     finally:
         for g in gws:
             await g.pool.close()
+        if router is not None:
+            router.terminate()
+            router.wait(10)
         for r in runners:
             await r.cleanup()
     prompt = sum(x.prompt for x in samples)

@@ -28,6 +28,9 @@ prefix is repeated in front of it, as llama.cpp's server does.
 ``--strict`` a request naming another model gets vLLM's 404. ``POST /v1/embeddings``
 answers a small deterministic vector per input (``encoding_format`` float or base64).
 
+``GET /model_info`` and ``/server_info`` (and their ``get_`` forms) answer as SGLang's
+do, for an SGLang Model Gateway in front of fake engines.
+
 ``GET /_requests`` lists the bodies received (newest last), ``POST /_reset`` clears
 them, ``GET /_cancelled`` counts streams whose client went away before the end.
 """
@@ -423,12 +426,22 @@ def make_app(name: str, model: str | None = None, strict: bool = False) -> web.A
     async def health(_: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
+    async def model_info(_: web.Request) -> web.Response:  # as SGLang: an SMG router asks
+        return web.json_response({"model_path": eng.model, "is_generation": True})
+
+    async def server_info(_: web.Request) -> web.Response:
+        return web.json_response({"served_model_name": eng.model, "model_path": eng.model})
+
     app.router.add_post("/v1/chat/completions", eng.handle)
     app.router.add_post("/v1/completions", eng.handle)
     app.router.add_post("/v1/embeddings", eng.embeddings)
     app.router.add_post("/v1/responses", ResponsesEngine(eng).handle)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
+    for path in ("/model_info", "/get_model_info"):
+        app.router.add_get(path, model_info)
+    for path in ("/server_info", "/get_server_info"):
+        app.router.add_get(path, server_info)
     app.router.add_get("/_requests", requests)
     app.router.add_post("/_reset", reset)
     app.router.add_get("/_cancelled", cancelled)

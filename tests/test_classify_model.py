@@ -284,7 +284,7 @@ def test_training_is_reproducible() -> None:
 
 
 def test_shipped_model_is_the_one_in_the_package() -> None:
-    assert MODEL_PATH.parent == ROOT / "gateway" / "core" and MODEL_PATH.is_file()
+    assert MODEL_PATH.parent == ROOT / "gateway" / "routing" and MODEL_PATH.is_file()
     assert MODEL_PATH.stat().st_size < 1_000_000
 
 

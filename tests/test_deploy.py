@@ -1,9 +1,9 @@
-"""Deployment artefacts (deploy/): rendered manifests and the Grafana dashboard. No cluster.
+"""Deployment artefacts (deploy/): the Helm chart's generated inputs and the Grafana dashboard.
 
 The committed files must be exactly what the generators produce (so they cannot drift
-from the SGLang profiles, the rules or telemetry), the SGLang containers must run
+from the SGLang profiles, the rules or telemetry), the chart's engines must run
 ``render_argv`` verbatim, and every metric and label the dashboard queries must be one the
-gateway exports (or an ``sglang:`` engine metric).
+gateway exports (or an ``sglang:`` engine metric). The chart itself: tests/test_helm.py.
 """
 
 from __future__ import annotations
@@ -23,36 +23,20 @@ from engines.sglang import load_profile, render_argv
 from gateway.rules.schema import load_rules, parse_rules
 from gateway.telemetry import recorder as tm
 
-K8S = rd.OUT_DIR
+CHART_FILES = rd.OUT_DIR
 DASHBOARD = bd.OUT_DIR / bd.FILE_NAME
 TIERS = rd.tiers(rd.RULES_FILE.read_text(encoding="utf-8"))
-CLUSTER_SCOPED = {"Namespace", "Kustomization"}  # no metadata.namespace
 
 
-def manifests(name: str) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all((K8S / name).read_text(encoding="utf-8")) if d]
-
-
-def find(name: str, kind: str, obj_name: str) -> dict[str, Any]:
-    matches = [
-        d for d in manifests(name) if d["kind"] == kind and d["metadata"]["name"] == obj_name
-    ]
-    assert len(matches) == 1, f"{name}: {kind}/{obj_name}"
-    return matches[0]
-
-
-def container(deployment: dict[str, Any]) -> dict[str, Any]:
-    containers: list[dict[str, Any]] = deployment["spec"]["template"]["spec"]["containers"]
-    assert len(containers) == 1
-    return containers[0]
-
-
-# -- manifests ---------------------------------------------------------------------------------
-def test_committed_manifests_match_a_fresh_render(tmp_path: Path) -> None:
+# -- the chart's generated inputs ------------------------------------------------------------------
+def test_committed_chart_files_match_a_fresh_render(tmp_path: Path) -> None:
     assert rd.main(["--out", str(tmp_path)]) == 0
     fresh = {p.name: p.read_text(encoding="utf-8") for p in tmp_path.iterdir()}
-    committed = {p.name: p.read_text(encoding="utf-8") for p in K8S.iterdir()}
-    assert committed == fresh, "deploy/k8s is stale: run `python -m deploy.render`"
+    committed = {p.name: p.read_text(encoding="utf-8") for p in CHART_FILES.iterdir()}
+    assert committed == fresh, (
+        "deploy/helm/llm-gateway/files is stale: run `python -m deploy.render`"
+    )
+    assert set(fresh) == {rd.RULES_KEY, rd.ENGINES_KEY}
     assert rd.main(["--check"]) == 0
 
 
@@ -60,77 +44,46 @@ def test_check_mode_reports_a_stale_tree(tmp_path: Path) -> None:
     assert rd.main(["--check", "--out", str(tmp_path)]) == 1
 
 
-def test_expected_files_and_kustomization() -> None:
-    expected = {"namespace.yaml", "gateway.yaml", "redis.yaml", "kustomization.yaml"}
-    expected |= {f"sglang-{t}.yaml" for t in TIERS}
-    assert {p.name for p in K8S.iterdir()} == expected
-    assert set(TIERS) == {"highspeed", "standard"}
-    (kust,) = manifests("kustomization.yaml")
-    assert kust["resources"][0] == "namespace.yaml"
-    assert set(kust["resources"]) == expected - {"kustomization.yaml"}
+def test_the_chart_is_the_only_source_of_kubernetes_objects() -> None:
+    """No hand-written or separately rendered manifests beside the chart."""
+    deploy = rd.ROOT / "deploy"
+    for path in deploy.rglob("*.y*ml"):
+        if rd.CHART_DIR in path.parents or path.parent == deploy / "helm":
+            continue
+        docs = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
+        assert not [d for d in docs if isinstance(d, dict) and "apiVersion" in d], path
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in K8S.glob("*.yaml")))
-def test_every_manifest_is_well_formed(name: str) -> None:
-    docs = manifests(name)
-    assert docs
-    for doc in docs:
-        assert doc["apiVersion"] and doc["kind"] and doc["metadata"]["name"], doc
-        if doc["kind"] not in CLUSTER_SCOPED:
-            assert doc["metadata"]["namespace"] == rd.NAMESPACE
-
-
-def test_services_and_pdbs_select_their_pods() -> None:
-    for name in (p.name for p in K8S.glob("*.yaml")):
-        pods = {
-            d["metadata"]["name"]: d["spec"]["template"]["metadata"]["labels"]
-            for d in manifests(name)
-            if d["kind"] == "Deployment"
-        }
-        for doc in manifests(name):
-            if doc["kind"] in ("Service", "PodDisruptionBudget"):
-                sel = doc["spec"]["selector"]
-                sel = sel.get("matchLabels", sel)
-                owner = pods[doc["metadata"]["name"]]
-                assert sel.items() <= owner.items(), f"{name}: {doc['kind']} selects no pod"
+def engines() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((CHART_FILES / rd.ENGINES_KEY).read_text("utf-8"))
+    return data
 
 
 @pytest.mark.parametrize("tier", TIERS)
-def test_sglang_container_runs_render_argv(tier: str) -> None:
+def test_engine_entry_is_the_profile(tier: str) -> None:
     profile = load_profile(tier)
-    name = f"sglang-{tier}"
-    dep = find(f"{name}.yaml", "Deployment", name)
-    c = container(dep)
-    assert c["command"] + c["args"] == render_argv(profile, host="0.0.0.0", port=rd.SGLANG_PORT)
-    assert re.fullmatch(rf"lmsysorg/sglang:v{re.escape(profile.sglang_version)}(-.+)?", c["image"])
-    assert c["resources"]["limits"]["nvidia.com/gpu"] == 1
-    assert c["readinessProbe"]["httpGet"]["path"] == "/health"
-    assert c["livenessProbe"]["initialDelaySeconds"] >= 300
-    pod = dep["spec"]["template"]
-    assert pod["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
-    assert pod["metadata"]["annotations"]["prometheus.io/port"] == str(rd.SGLANG_PORT)
-    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
-    assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
-    claim = volumes["hf-cache"]["persistentVolumeClaim"]["claimName"]
-    find(f"{name}.yaml", "PersistentVolumeClaim", claim)
-    assert pod["spec"]["nodeSelector"] and pod["spec"]["tolerations"]
-    svc = find(f"{name}.yaml", "Service", name)
-    assert svc["spec"]["ports"][0]["port"] == rd.SGLANG_PORT
+    entry = engines()["tiers"][tier]
+    argv = render_argv(profile, host="0.0.0.0", port=rd.SGLANG_PORT)
+    assert entry["command"] + entry["args"] == argv
+    assert entry["sglangVersion"] == profile.sglang_version
+    assert entry["servedModelName"] == profile.model.served_model_name.value
+    assert entry["port"] == rd.SGLANG_PORT
 
 
-def gateway_rules_text() -> str:
-    text: str = find("gateway.yaml", "ConfigMap", "gateway-rules")["data"][rd.RULES_KEY]
-    return text
+def test_engines_cover_the_rules_tiers() -> None:
+    assert list(engines()["tiers"]) == TIERS
+    assert set(TIERS) == {"highspeed", "standard"}
 
 
-def test_configmap_rules_validate_and_point_at_the_engines() -> None:
-    rules = parse_rules(gateway_rules_text(), "gateway ConfigMap")
+def test_chart_rules_validate_and_speak_sglang() -> None:
+    text = (CHART_FILES / rd.RULES_KEY).read_text(encoding="utf-8")
+    rules = parse_rules(text, "chart rules")
     repo = load_rules(rd.RULES_FILE)
     assert list(rules.tiers) == TIERS
     for tier in TIERS:
         t = rules.tiers[tier]
         assert t.endpoints == (f"http://sglang-{tier}:{rd.SGLANG_PORT}",)
-        assert t.model is None  # discovered: the profile's served_model_name
+        assert t.model is None  # the chart's GATEWAY_POOL_<TIER>_MODEL names it
         assert t.request_defaults == {}  # the local engine's sampling crutch stays local
         assert t.continuation == "continue_final_message"  # how SGLang continues a text
         same = {
@@ -139,36 +92,9 @@ def test_configmap_rules_validate_and_point_at_the_engines() -> None:
             "continuation": "continue_final_message",
         }
         assert t == repo.tiers[tier].model_copy(update=same)
-    # everything but the tiers' model, endpoints and request defaults is the repository's
+    # everything but the tiers' endpoints, continuation and request defaults is the repository's
     assert rules.model_copy(update={"tiers": {}}) == repo.model_copy(update={"tiers": {}})
-
-
-def test_gateway_deployment() -> None:
-    dep = find("gateway.yaml", "Deployment", rd.GATEWAY_NAME)
-    assert dep["spec"]["replicas"] == 3
-    c = container(dep)
-    env = {e["name"]: e for e in c["env"]}
-    assert env["GATEWAY_HOST"]["value"] == "0.0.0.0"
-    assert env["GATEWAY_REDIS_URL"]["value"] == "redis://redis:6379/0"
-    mount = next(m for m in c["volumeMounts"] if m["name"] == "rules")
-    assert env["GATEWAY_RULES"]["value"] == f"{mount['mountPath']}/{rd.RULES_KEY}"
-    assert "subPath" not in mount  # a subPath mount would never see ConfigMap updates
-    secret = find("gateway.yaml", "Secret", rd.SECRET_NAME)
-    for var in ("GATEWAY_ADMIN_TOKEN", "GATEWAY_KEY_SECRET"):
-        ref = env[var]["valueFrom"]["secretKeyRef"]
-        assert ref["name"] == rd.SECRET_NAME and ref["key"] in secret["stringData"]
-    # the unedited template cannot start a gateway (admin tokens need 16+ characters)
-    assert len(secret["stringData"]["GATEWAY_ADMIN_TOKEN"]) < 16
-    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    assert c["securityContext"]["readOnlyRootFilesystem"] is True
-    assert dep["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
-    assert c["resources"]["requests"]["cpu"]  # the HPA's utilisation is relative to it
-    hpa = find("gateway.yaml", "HorizontalPodAutoscaler", rd.GATEWAY_NAME)
-    assert hpa["spec"]["scaleTargetRef"]["name"] == rd.GATEWAY_NAME
-    find("gateway.yaml", "PodDisruptionBudget", rd.GATEWAY_NAME)
-    find("gateway.yaml", "Service", rd.GATEWAY_NAME)
-    find("redis.yaml", "Service", "redis")
+    assert "# Tiers: a named policy target" in text  # the comments are kept
 
 
 # -- dashboard ---------------------------------------------------------------------------------

@@ -9,6 +9,9 @@ What answers the client, per target:
 * ``direct``: the fake upstream itself (the baseline: load generator + upstream cost);
 * ``relay``: ``evals.bench.relay``, a minimal aiohttp pass-through, the floor for one
   Python hop;
+* ``sglang-router``: the SGLang Model Gateway (``sglang-router`` from PyPI, installed into
+  ``.cache/bench-venv`` by :mod:`evals.bench.peers`) with the fake upstream as its one
+  worker: the peer SGLang users put in front of their pools;
 * ``gateway``: ``python -m gateway.cli serve`` with a copy of ``routing_rules.yaml`` (rules
   and checks unchanged), both tiers pointed at the fake upstream through
   ``GATEWAY_POOL_<TIER>_URLS``. Requests say ``"model": "auto"``, so they go the normal way:
@@ -58,11 +61,12 @@ from typing import Any
 
 from evals.bench import report
 from evals.bench.common import CHAT_PATH, chat_body, free_port
+from evals.bench.peers import router_argv, router_python
 from evals.bench.procs import ROOT, Service, log, run_json
 from evals.bench.sysstat import machine_busy_pct, measured
 from gateway.settings import REPO_RULES
 
-TARGETS = ("direct", "relay", "gateway")
+TARGETS = ("direct", "relay", "gateway", "sglang-router")
 GATEWAY_LOADGEN_ARGS = ("--expect-header", "x-gateway-tier=highspeed",
                         "--forbid-header", "x-gateway-fallback",
                         "--collect-header", "x-gateway-overhead-ms")
@@ -153,6 +157,10 @@ def start_target(name: str, upstream: str, a: argparse.Namespace, outdir: Path,
             svc = Service(name, argv, cpus=a.sut_cpus, nice=a.nice, logdir=outdir / "logs")
             ready = base + "/health"  # the relay forwards it to the upstream
             extra: tuple[str, ...] = ()
+        elif name == "sglang-router":
+            argv = router_argv(router_python(), port, [upstream], metrics_port=free_port())
+            svc = Service(name, argv, cpus=a.sut_cpus, nice=a.nice, logdir=outdir / "logs")
+            ready, extra = base + "/readiness", ()  # ready once its worker is registered
         else:
             rules = outdir / "routing_rules.yaml"
             shutil.copyfile(a.rules, rules)

@@ -12,11 +12,14 @@ from dataclasses import dataclass
 from typing import Any
 
 Summary = dict[str, dict[str, dict[str, Any]]]  # target -> scenario id -> cell summary
-PROXIES = ("relay", "gateway")
+PROXIES = ("relay", "gateway", "sglang-router")
+ROUTER = "sglang-router"
 STAT_KEYS = ("rps", "lat_p50_ms", "lat_p95_ms", "lat_p99_ms", "ttfb_p50_ms", "ttfb_p95_ms",
              "ttfb_p99_ms", "self_overhead_p50_ms", "foreign_cpu_pct")
-ADDED_LATENCY_MAX = 2.0  # gateway_added / relay_added at c=1
-THROUGHPUT_MIN = 0.5  # gateway / relay req/s at the highest concurrency
+ADDED_LATENCY_MAX = 1.5  # gateway_added / relay_added at c=1, non-streamed
+STREAM_ADDED_MAX_MS = 1.0  # gateway_added at c=1, streamed (TTFB and total)
+THROUGHPUT_MIN = {False: 0.6, True: 0.5}  # gateway / relay req/s at the highest concurrency
+ROUTER_MIN = {False: 0.5, True: 1.0}  # gateway / sglang-router req/s, same cores
 _DASH = "\N{EN DASH}"
 
 
@@ -95,34 +98,50 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None or b <= 0 else a / b
 
 
-def verdicts(summary: Summary, scenarios: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The figures the product is judged by, each with its target and whether it is met."""
+def _latency_verdicts(summary: Summary, ids: set[str]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    ids = {s["id"] for s in scenarios}
-    checks = [("non-stream p50", "ns_c1", "lat_p50_ms", True),
-              ("stream TTFB p50", "st_c1", "ttfb_p50_ms", True),
-              ("stream total p50", "st_c1", "lat_p50_ms", False),
-              ("non-stream p99", "ns_c1", "lat_p99_ms", False)]
+    checks = [("non-stream p50", "ns_c1", "lat_p50_ms", "ratio"),
+              ("stream TTFB p50", "st_c1", "ttfb_p50_ms", "ms"),
+              ("stream total p50", "st_c1", "lat_p50_ms", "ms"),
+              ("non-stream p99", "ns_c1", "lat_p99_ms", None)]
     for label, sid, key, judged in checks:
         if sid not in ids:
             continue
         relay, gw = _added(summary, "relay", sid, key), _added(summary, "gateway", sid, key)
         ratio = _ratio(gw, relay)
+        if judged == "ratio":
+            target = f"<= {ADDED_LATENCY_MAX:g}"
+            ok = ratio is not None and ratio <= ADDED_LATENCY_MAX
+        elif judged == "ms":
+            target = f"gateway added < {STREAM_ADDED_MAX_MS:g} ms"
+            ok = gw is not None and gw < STREAM_ADDED_MAX_MS
+        else:
+            target, ok = "info", None
         out.append({"name": f"added latency at c=1, {label}: gateway_added / relay_added",
                     "relay_added_ms": relay, "gateway_added_ms": gw, "value": ratio,
-                    "target": f"<= {ADDED_LATENCY_MAX:g}" if judged else "info",
-                    "ok": (ratio is not None and ratio <= ADDED_LATENCY_MAX) if judged else None})
+                    "target": target, "ok": ok})
+    return out
+
+
+def verdicts(summary: Summary, scenarios: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The figures the product is judged by, each with its target and whether it is met."""
+    ids = {s["id"] for s in scenarios}
+    out = _latency_verdicts(summary, ids)
     top = max((s["clients"] for s in scenarios), default=0)
     for stream, label in ((False, "non-stream"), (True, "stream")):
         sid = scenario_id(stream, top)
         if sid not in ids:
             continue
-        relay, gw = _median(summary, "relay", sid, "rps"), _median(summary, "gateway", sid, "rps")
-        ratio = _ratio(gw, relay)
-        out.append({"name": f"throughput at c={top}, {label}: gateway / relay req/s",
-                    "relay_rps": relay, "gateway_rps": gw, "value": ratio,
-                    "target": f">= {THROUGHPUT_MIN:g}",
-                    "ok": ratio is not None and ratio >= THROUGHPUT_MIN})
+        gw = _median(summary, "gateway", sid, "rps")
+        for peer, mins in (("relay", THROUGHPUT_MIN), (ROUTER, ROUTER_MIN)):
+            if peer not in summary:
+                continue
+            other = _median(summary, peer, sid, "rps")
+            ratio = _ratio(gw, other)
+            out.append({"name": f"throughput at c={top}, {label}: gateway / {peer} req/s",
+                        "peer": peer, "peer_rps": other, "gateway_rps": gw, "value": ratio,
+                        "target": f">= {mins[stream]:g}",
+                        "ok": ratio is not None and ratio >= mins[stream]})
     return out
 
 
@@ -147,13 +166,13 @@ def _added_cell(summary: Summary, target: str, row: Row) -> str:
     return "n/a" if added is None else f"{added:+.3f}"
 
 
-def _gw_vs_relay(summary: Summary, row: Row) -> str:
+def _gw_vs(summary: Summary, row: Row, peer: str) -> str:
     if row.is_rps:
         r = _ratio(_median(summary, "gateway", row.scenario, "rps"),
-                   _median(summary, "relay", row.scenario, "rps"))
+                   _median(summary, peer, row.scenario, "rps"))
     else:
         r = _ratio(_added(summary, "gateway", row.scenario, row.key),
-                   _added(summary, "relay", row.scenario, row.key))
+                   _added(summary, peer, row.scenario, row.key))
     return "n/a" if r is None else f"{r:.2f}"
 
 
@@ -166,7 +185,8 @@ def _verdict_line(v: dict[str, Any]) -> str:
                  f"gateway {v['gateway_added_ms']:+.3f} ms" if v["gateway_added_ms"] is not None
                  else "gateway n/a"]
     else:
-        parts = [f"relay {v['relay_rps']:.0f}/s" if v["relay_rps"] is not None else "relay n/a",
+        peer = v["peer"]
+        parts = [f"{peer} {v['peer_rps']:.0f}/s" if v["peer_rps"] is not None else f"{peer} n/a",
                  f"gateway {v['gateway_rps']:.0f}/s" if v["gateway_rps"] is not None
                  else "gateway n/a"]
     target = "" if v["target"] == "info" else f" (target {v['target']})"
@@ -192,12 +212,12 @@ def render(summary: Summary, meta: dict[str, Any]) -> str:
         out += ["", "Gateway's own x-gateway-overhead-ms header, p50 per run (ms): "
                 + ", ".join(own)]
     if "direct" in summary and proxies:
+        peers = [p for p in proxies if p != "gateway"] if "gateway" in proxies else []
         out += ["", "Added over direct (difference of medians, ms; throughput as % of direct); "
-                    "gateway/relay = ratio of added latency, or of req/s:"]
-        header = ["metric", *proxies] + (["gateway/relay"] if len(proxies) == 2 else [])
-        out += _table(header, [[r.label, *(_added_cell(summary, t, r) for t in proxies)] +
-                               ([_gw_vs_relay(summary, r)] if len(proxies) == 2 else [])
-                               for r in rows])
+                    "gateway/peer = ratio of added latency, or of req/s:"]
+        header = ["metric", *proxies, *(f"gateway/{p}" for p in peers)]
+        out += _table(header, [[r.label, *(_added_cell(summary, t, r) for t in proxies),
+                                *(_gw_vs(summary, r, p) for p in peers)] for r in rows])
     vs = verdicts(summary, meta["scenarios"])
     if vs:
         out += ["", "Product targets:", *(_verdict_line(v) for v in vs)]
