@@ -27,7 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "classify": ("evals.classify", "task classifier: held-out accuracy, latency; --train"),
     "quality": ("evals.quality", "both tiers on the shipped eval set: task metrics, alignment"),
     "hostile": ("evals.hostile", "hostile input and engine faults: tried/precise/500/hang/..."),
-    "fleet": ("evals.fleet.run", "3 gateway replicas, Sentinel Redis, sim engines: faults"),
+    "fleet": ("evals.fleet.run", "gateway replicas, Sentinel Redis, sim engines: faults"),
     "sched": ("evals.sched", "prefix affinity across 2 gateway replicas: cache hits, TTFT"),
 }
 

@@ -54,7 +54,8 @@ from evals.bench.peers import router_argv, router_python
 from evals.report_util import ROOT, md_table, shown_path
 from gateway.request.model import parse_chat
 from gateway.rules.schema import Tier
-from gateway.upstream.pools import Pool, Replica
+from gateway.upstream.pools import Pool
+from gateway.upstream.replicas import Replica
 from gateway.upstream.scheduler import Gate, Ticket
 
 POLICIES = ("round-robin", "least-load", "modulo", "rendezvous@0.25", "rendezvous", "smg")

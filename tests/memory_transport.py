@@ -14,7 +14,8 @@ from typing import Any
 import orjson
 
 from gateway.rules.schema import Tier
-from gateway.upstream.transport import AttemptError, Timeouts, UpstreamStream, status_error
+from gateway.upstream.failures import Stall, StreamCut, status_error
+from gateway.upstream.transport import Timeouts, UpstreamStream
 
 
 @dataclass
@@ -72,11 +73,11 @@ class MemoryStream:
     async def read(self) -> bytes:
         r = self._reply
         if self.closed:
-            raise AttemptError("stream_cut", "closed")
+            raise StreamCut("closed")
         if r.hang_after is not None and self._i >= r.hang_after:
             gap = self._limits.read_gap or 3600.0
             await asyncio.sleep(gap)
-            raise AttemptError("stall", "no data within the stall limit", timeout=True)
+            raise Stall("no data within the stall limit")
         if self._i >= len(r.chunks):
             return b""
         if r.gap:

@@ -22,6 +22,7 @@ from deploy.grafana import build_dashboard as bd
 from engines.sglang import load_profile, render_argv
 from gateway.rules.schema import load_rules, parse_rules
 from gateway.telemetry import recorder as tm
+from gateway.telemetry.record import AttemptRecord, RequestRecord
 
 CHART_FILES = rd.OUT_DIR
 DASHBOARD = bd.OUT_DIR / bd.FILE_NAME
@@ -113,12 +114,32 @@ def exported_series() -> dict[str, set[str]]:
     """Every sample name the gateway's Prometheus exporter produces -> its label names."""
     t = tm.Telemetry()
     # one request that touches every instrument, and one error
-    full = tm.RequestRecord("r1", "chat", 200, 1.0, 0.001, tier="highspeed", task="chat")
-    full.tenant, full.stream, full.ttft_s, full.ok_attempt_s = "t1", True, 0.1, 0.5
-    full.prompt_tokens, full.completion_tokens = 5, 10
-    full.failures = [("highspeed", "check_repetition", 0.4)]
+    full = RequestRecord(
+        request_id="r1",
+        kind="chat",
+        status=200,
+        latency_s=1.0,
+        overhead_s=0.001,
+        tier="highspeed",
+        task="chat",
+        tenant="t1",
+        stream=True,
+        ttft_s=0.1,
+        ok_attempt_s=0.5,
+        prompt_tokens=5,
+        completion_tokens=10,
+        failures=(AttemptRecord("highspeed", "check_repetition", 0.4, "repetition"),),
+    )
     t.record(full)
-    t.record(tm.RequestRecord("r2", "chat", 502, 1.0, 0.001, error_code="all_tiers_failed"))
+    error = RequestRecord(
+        request_id="r2",
+        kind="chat",
+        status=502,
+        latency_s=1.0,
+        overhead_s=0.001,
+        error_code="all_tiers_failed",
+    )
+    t.record(error)
     try:
         t.flush()
         out: dict[str, set[str]] = {}

@@ -12,7 +12,18 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from gateway.upstream.transport import AttemptError, HttpTransport, Timeouts
+from gateway.dispatch.fallback import reason, verdict
+from gateway.upstream.failures import (
+    AnswerTimeout,
+    AttemptFailed,
+    ConnectFailed,
+    ConnectionReset,
+    MalformedAnswerHead,
+    Stall,
+    StreamCut,
+    UpstreamRateLimited,
+)
+from gateway.upstream.transport import HttpTransport, Timeouts
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 LIMITS = Timeouts(total=5.0, connect=1.0, read_gap=1.0)
@@ -179,7 +190,7 @@ def test_json_to_a_stream_request_is_handed_on_as_events() -> None:
     run(main())
 
 
-async def failure(handler: Handler, limits: Timeouts = LIMITS) -> AttemptError:
+async def failure(handler: Handler, limits: Timeouts = LIMITS) -> AttemptFailed:
     server, url, _ = await serve(handler)
     t = HttpTransport(10, 30)
     try:
@@ -187,7 +198,7 @@ async def failure(handler: Handler, limits: Timeouts = LIMITS) -> AttemptError:
         while await up.read():
             pass
         up.release()
-    except AttemptError as e:
+    except AttemptFailed as e:
         return e
     finally:
         await t.close()
@@ -244,23 +255,25 @@ async def _busy(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
 
 
 @pytest.mark.parametrize(
-    ("handler", "limits", "kind"),
+    ("handler", "limits", "kind", "why"),
     [
-        (_silent, Timeouts(0.3, 1.0, 1.0), "timeout"),
-        (_stalls, Timeouts(5.0, 1.0, 0.3), "stall"),
-        (_trickles, Timeouts(0.5, 1.0, 1.0), "timeout"),
-        (_cut, LIMITS, "stream_cut"),
-        (_garbage, LIMITS, "upstream"),
-        (_hangs_up, LIMITS, "reset"),
-        (_busy, LIMITS, "http_429"),
+        (_silent, Timeouts(0.3, 1.0, 1.0), AnswerTimeout, "timeout"),
+        (_stalls, Timeouts(5.0, 1.0, 0.3), Stall, "stall"),
+        (_trickles, Timeouts(0.5, 1.0, 1.0), AnswerTimeout, "timeout"),
+        (_cut, LIMITS, StreamCut, "stream_cut"),
+        (_garbage, LIMITS, MalformedAnswerHead, "upstream"),
+        (_hangs_up, LIMITS, ConnectionReset, "reset"),
+        (_busy, LIMITS, UpstreamRateLimited, "http_429"),
     ],
 )
-def test_failures_are_attempt_errors(handler: Handler, limits: Timeouts, kind: str) -> None:
+def test_failures_are_attempt_failures(
+    handler: Handler, limits: Timeouts, kind: type[AttemptFailed], why: str
+) -> None:
     async def main() -> None:
         e = await failure(handler, limits)
-        assert e.kind == kind
-        if kind == "http_429":
-            assert e.retry_after == 2.0 and e.transient
+        assert type(e) is kind and reason(e) == why
+        if isinstance(e, UpstreamRateLimited):
+            assert e.retry_after == 2.0 and verdict(e).same_tier
 
     run(main())
 
@@ -271,9 +284,9 @@ def test_a_refused_connection_is_a_connect_error() -> None:
         server.close()
         await server.wait_closed()
         t = HttpTransport(10, 30)
-        with pytest.raises(AttemptError) as e:
+        with pytest.raises(ConnectFailed) as e:
             await t.open(url, BODY, LIMITS, True)
-        assert e.value.kind == "connect"
+        assert reason(e.value) == "connect"
         await t.close()
 
     run(main())
@@ -356,6 +369,6 @@ async def _huge_head(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
 def test_an_endless_head_is_refused_early() -> None:
     async def main() -> None:
         e = await failure(_huge_head)
-        assert e.kind == "upstream" and "head is over" in e.detail
+        assert isinstance(e, MalformedAnswerHead) and "head is over" in e.detail
 
     run(main())

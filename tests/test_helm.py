@@ -27,7 +27,7 @@ import yaml
 from deploy import render as rd
 from engines.sglang import LAUNCH_PREFIX, load_profile, render_argv
 from gateway.rules.schema import parse_rules
-from gateway.upstream import pools
+from gateway.upstream import replicas
 from tests.test_deploy import exported_series
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -400,7 +400,7 @@ def test_gateway_scales_on_its_own_in_flight_metric(prod_objs: list[Obj]) -> Non
 
 
 def test_tiers_scale_on_sglang_queue(prod_objs: list[Obj]) -> None:
-    assert b"sglang:num_queue_reqs" in pools._METRICS  # the engine gauge the gateway reads too
+    assert b"sglang:num_queue_reqs" in replicas._METRICS  # the engine gauge the gateway reads
     v = values(PRODUCTION)["tiers"]
     for tier in TIERS:
         so = find(prod_objs, "ScaledObject", f"{FULL}-sglang-{tier}")

@@ -34,7 +34,7 @@ async def _run(sink: Sink) -> tuple[Rig, StreamRelay]:
 @aio
 async def test_a_timeout_behind_a_slow_reader_is_not_the_engines_fault() -> None:
     rig, relay = await _run(SlowSink())
-    kinds = [f.kind for f in relay.trail.failures]
+    kinds = [f.reason for f in relay.trail.failures]
     assert kinds == ["client_slow"]
     assert rig.pools.by_tier["highspeed"].circuit.failures == 0
 
@@ -42,6 +42,6 @@ async def test_a_timeout_behind_a_slow_reader_is_not_the_engines_fault() -> None
 @aio
 async def test_the_same_timeout_with_a_fast_reader_is_a_stall() -> None:
     rig, relay = await _run(Sink())
-    kinds = [f.kind for f in relay.trail.failures]
+    kinds = [f.reason for f in relay.trail.failures]
     assert kinds == ["stall"]
     assert rig.pools.by_tier["highspeed"].circuit.failures == 1

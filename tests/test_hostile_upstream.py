@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from gateway.upstream.sse import SSEFramer
-from gateway.upstream.transport import AttemptError
+from gateway.upstream.failures import AnswerTooLarge
+from gateway.upstream.framing import SSEFramer
 from tests.conftest import Proc, rules_for_tests, start_gateway
 
 
@@ -42,12 +42,12 @@ def test_framer_finds_an_end_split_across_reads() -> None:
 def test_framer_refuses_an_event_or_answer_over_its_limit() -> None:
     f = SSEFramer(max_event=1024, max_total=1 << 20)
     f.feed(b"data: " + b"x" * 1000)
-    with pytest.raises(AttemptError, match="too_large: an event is over 1024 bytes"):
+    with pytest.raises(AnswerTooLarge, match="an event is over 1024 bytes"):
         f.feed(b"x" * 100)
-    with pytest.raises(AttemptError, match="too_large: an event is over 1024 bytes"):
+    with pytest.raises(AnswerTooLarge, match="an event is over 1024 bytes"):
         SSEFramer(max_event=1024).feed(b"data: 1\n\ndata: " + b"x" * 2000 + b"\n\n")  # one read
     g = SSEFramer(max_event=1024, max_total=4096)
-    with pytest.raises(AttemptError, match="too_large: the answer is over 4096 bytes"):
+    with pytest.raises(AnswerTooLarge, match="the answer is over 4096 bytes"):
         for _ in range(100):
             g.feed(b"data: 1\n\n" * 10)
 

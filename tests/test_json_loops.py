@@ -96,7 +96,7 @@ async def test_a_non_streamed_json_answer_that_loops_is_joined_and_judged_whole(
     fast = Reply(chunks=events([HEAD, *[SENTENCE] * 40], finish=None, done=False))
     rig = Rig(by_tier(highspeed=fast, standard=Reply(chunks=events(REST))))
     out = await rig.dispatcher.complete(rig.call(response_format=JSON_FORMAT))
-    assert out.tier == "standard" and out.trail.failures[0].kind == "check_repetition"
+    assert out.tier == "standard" and out.trail.failures[0].reason == "check_repetition"
     text = orjson.loads(out.body)["choices"][0]["message"]["content"]
     assert json.loads(text)["summary"].startswith("Boils water quickly!")
     assert SENTENCE.strip() not in text  # nothing was sent: the loop is gone
@@ -110,7 +110,7 @@ async def test_a_json_stream_that_does_not_begin_as_json_falls_back_before_its_f
     rig = Rig(by_tier(highspeed=fenced, standard=Reply(chunks=events(['{"a": ', "1}"]))))
     relay = await rig.dispatcher.stream(rig.call(stream=True, response_format=JSON_FORMAT))
     assert relay.tier == "standard"  # nothing of the fenced answer went out
-    assert [f.kind for f in relay.trail.failures] == ["check_json_valid"]
+    assert [f.reason for f in relay.trail.failures] == ["check_json_valid"]
     sink = Sink()
     await relay.run(sink)
     assert json.loads(sink.text()) == {"a": 1}

@@ -23,7 +23,16 @@ import openai
 import pytest
 import yaml
 
+from gateway.dispatch.fallback import reason, verdict
 from gateway.rules.schema import RulesError, parse_rules
+from gateway.upstream.failures import (
+    AnswerTimeout,
+    AttemptFailed,
+    ClientRejected,
+    ServerError,
+    TierRefused,
+    UpstreamRateLimited,
+)
 from tests.conftest import ROOT, Proc, free_port, rules_for_tests
 from tests.test_streams import ANSWER, content, sse
 
@@ -225,7 +234,7 @@ def test_no_prefill_model_restarts_and_the_client_gets_its_whole_answer(hosted: 
 def _open(anthropic: str, path: str, body: dict[str, Any], stream: bool, total: float = 20) -> Any:
     """The transport in this process (LiteLLM imported here): all the answer, or the error."""
     from gateway.upstream.litellm_transport import LiteLLMTransport, load_litellm
-    from gateway.upstream.transport import AttemptError, Timeouts
+    from gateway.upstream.transport import Timeouts
 
     params = {"model": MODEL, "api_base": anthropic, "api_key": "k"}
 
@@ -239,7 +248,7 @@ def _open(anthropic: str, path: str, body: dict[str, Any], stream: bool, total: 
             while chunk := await s.read():
                 out.append(chunk)
             return b"".join(out)
-        except AttemptError as e:
+        except AttemptFailed as e:
             return e
         finally:  # LiteLLM keeps its HTTP clients across calls: this loop's end is theirs
             await load_litellm().close_litellm_async_clients()
@@ -267,35 +276,43 @@ def test_transport_answers_json_and_text_completions(hosted: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    ("directive", "kind", "retryable", "transient", "timeout"),
+    ("directive", "kind", "why", "next_tier", "same_tier", "timeout"),
     [
-        ("status=429", "http_429", True, True, False),
-        ("status=500", "http_500", True, True, False),
-        ("status=529", "http_500", True, True, False),  # LiteLLM: overloaded is a 500
-        ("status=401", "http_401", True, False, False),  # the tier's key: not the request's
-        ("status=400", "http_400", False, False, False),  # relayed
-        ("delay=3", "timeout", True, False, True),
+        ("status=429", UpstreamRateLimited, "http_429", True, True, False),
+        ("status=500", ServerError, "http_500", True, True, False),
+        ("status=529", ServerError, "http_500", True, True, False),  # LiteLLM: overloaded: 500
+        ("status=401", TierRefused, "http_401", True, False, False),  # the tier's key
+        ("status=400", ClientRejected, "http_400", False, False, False),  # relayed
+        ("delay=3", AnswerTimeout, "timeout", True, False, True),
     ],
 )
 def test_exceptions_become_the_same_fallback_triggers(
-    hosted: Any, directive: str, kind: str, retryable: bool, transient: bool, timeout: bool
+    hosted: Any,
+    directive: str,
+    kind: type[AttemptFailed],
+    why: str,
+    next_tier: bool,
+    same_tier: bool,
+    timeout: bool,
 ) -> None:
     chat = {"messages": [{"role": "user", "content": f"[[hosted: {directive}]]"}]}
     err = _open(hosted.anthropic, "/v1/chat/completions", chat, stream=True, total=1.0)
-    assert (err.kind, err.retryable, err.transient, err.timeout) == (
-        kind,
-        retryable,
-        transient,
+    v = verdict(err)
+    assert type(err) is kind
+    assert (reason(err), v.next_tier, v.same_tier, v.timeout) == (
+        why,
+        next_tier,
+        same_tier,
         timeout,
     )
-    if not retryable:
+    if isinstance(err, ClientRejected):
         assert json.loads(err.body)["error"]["type"] == "invalid_request_error"
 
 
 def test_unreachable_provider_is_a_retryable_failure() -> None:
     chat = {"messages": [{"role": "user", "content": "hi"}]}
     err = _open(f"http://127.0.0.1:{free_port()}", "/v1/chat/completions", chat, stream=True)
-    assert err.retryable and err.kind in ("upstream", "http_500")  # LiteLLM: a 500, mostly
+    assert verdict(err).next_tier and reason(err) in ("upstream", "http_500")  # a 500, mostly
 
 
 def test_hosted_tier_wins_a_hedge(hosted: Any) -> None:

@@ -101,7 +101,7 @@ def test_a_closed_keep_alive_connection_is_not_an_upstream_failure(
 
 
 def test_half_open_circuit_lets_one_probe_through() -> None:
-    from gateway.upstream.pools import Circuit
+    from gateway.upstream.circuit import Circuit
 
     c = Circuit(threshold=2, cooldown=10.0)
     c.failure(0.0)

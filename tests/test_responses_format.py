@@ -13,8 +13,8 @@ from gateway.server.responses_format import to_chat, to_response
 from gateway.server.responses_stream import ResponsesSink
 from gateway.settings import load_settings
 from gateway.upstream.discovery import ModelBook, model_ids
+from gateway.upstream.failures import AnswerTooLarge
 from gateway.upstream.responses_events import ResponsesAsChat, response_as_chat
-from gateway.upstream.transport import AttemptError
 
 
 def test_request_translation() -> None:
@@ -279,6 +279,5 @@ def test_a_native_responses_answer_keeps_the_tiers_size_limits(stream: bool) -> 
         while await s.read():
             pass
 
-    with pytest.raises(AttemptError) as e:
+    with pytest.raises(AnswerTooLarge):
         asyncio.run(read_all())
-    assert e.value.kind == "too_large"

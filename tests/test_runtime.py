@@ -164,7 +164,6 @@ def test_a_rules_swap_keeps_the_queue_of_unchanged_engines() -> None:
 
     raw = rules_for_tests()
     raw["tiers"]["highspeed"]["max_concurrency"] = 4
-
     def pools(r: dict[str, Any]) -> Pools:
         return Pools(Rules.model_validate(r).tiers, transport=lambda name, tier: None)  # type: ignore[arg-type,return-value]
 

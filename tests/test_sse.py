@@ -7,8 +7,9 @@ import time
 import orjson
 import pytest
 
-from gateway.upstream.sse import SSEFramer, StreamState, data_payloads
-from gateway.upstream.transport import AttemptError
+from gateway.upstream.failures import AnswerTooLarge, AttemptFailed, BadStream, StreamErrorEvent
+from gateway.upstream.framing import SSEFramer, data_payloads
+from gateway.upstream.sse import StreamState
 
 
 def ev(obj: object) -> bytes:
@@ -40,20 +41,8 @@ def fed(payloads: list[bytes], general: bool = False, chat: bool = True) -> Stre
 
 
 def summary(s: StreamState) -> tuple[object, ...]:
-    return (
-        s.id,
-        s.model,
-        s.created,
-        s.text(),
-        s.tokens,
-        s.chars,
-        s.finish_reason,
-        s.usage,
-        s.tool_calls,
-        s.multi,
-        s.plain,
-        s.first.get("id"),
-    )
+    return (s.id, s.model, s.created, s.text(), s.tokens, s.chars, s.finish_reason, s.usage,
+            s.tool_calls, s.multi, s.plain, s.first.get("id"))
 
 
 def test_fast_and_general_paths_agree_on_a_plain_stream() -> None:
@@ -61,9 +50,7 @@ def test_fast_and_general_paths_agree_on_a_plain_stream() -> None:
     assert summary(fast) == summary(general)
     assert fast.text() == "Hello world" and fast.plain and fast.finish_reason == "stop"
     assert fast.tool_calls[0] == {
-        "id": "t1",
-        "type": "function",
-        "function": {"name": "f", "arguments": '{"a":1}'},
+        "id": "t1", "type": "function", "function": {"name": "f", "arguments": '{"a":1}'}
     }
     assert [orjson.loads(p) for p in PLAIN_STREAM] == fast.parsed_events()
 
@@ -111,16 +98,17 @@ def test_a_block_is_kept_once_as_it_came() -> None:
 @pytest.mark.parametrize(
     ("payloads", "kind"),
     [
-        ([b'{"choices": [{"index": 0', b'"delta": {"content": "x"}}]}'], "bad_stream"),  # halves
-        ([PLAIN_STREAM[0], b"{not json"], "bad_stream"),
-        ([PLAIN_STREAM[0], ev({"error": {"message": "overloaded"}})], "stream_error"),
-        ([PLAIN_STREAM[0], ev({"choices": [{"delta": {"content": 5}}]})], "bad_stream"),
+        ([b'{"choices": [{"index": 0', b'"delta": {"content": "x"}}]}'], BadStream),  # halves
+        ([PLAIN_STREAM[0], b"{not json"], BadStream),
+        ([PLAIN_STREAM[0], ev({"error": {"message": "overloaded"}})], StreamErrorEvent),
+        ([PLAIN_STREAM[0], ev({"choices": [{"delta": {"content": 5}}]})], BadStream),
     ],
 )
-def test_a_block_with_a_bad_event_fails_like_the_event(payloads: list[bytes], kind: str) -> None:
-    with pytest.raises(AttemptError) as e:
+def test_a_block_with_a_bad_event_fails_like_the_event(
+    payloads: list[bytes], kind: type[AttemptFailed]
+) -> None:
+    with pytest.raises(kind):
         by_block(block(payloads))
-    assert e.value.kind == kind
 
 
 @pytest.mark.parametrize(
@@ -143,28 +131,27 @@ def test_what_is_not_plain(payload: bytes, plain: bool) -> None:
 @pytest.mark.parametrize(
     ("payload", "kind", "detail"),
     [
-        (b"{not json", "bad_stream", "not JSON"),
-        (b"[1, 2]", "bad_stream", "not a JSON object"),
-        (ev({"choices": "x"}), "bad_stream", "choices is not a list"),
-        (ev({"choices": ["x"]}), "bad_stream", "choice is not an object"),
-        (ev({"choices": [{"delta": "x"}]}), "bad_stream", "delta is not an object"),
-        (ev({"choices": [{"delta": {"content": 5}}]}), "bad_stream", "text is not a string"),
-        (ev({"choices": [], "usage": [1]}), "bad_stream", "usage is not an object"),
-        (ev({"choices": [{"delta": {"tool_calls": "x"}}]}), "bad_stream", "tool_calls"),
-        (ev({"choices": [{"delta": {"tool_calls": ["x"]}}]}), "bad_stream", "malformed"),
-        (
-            ev({"choices": [{"delta": {"tool_calls": [{"function": {"name": 3}}]}}]}),
-            "bad_stream",
-            "name is not a string",
-        ),
-        (ev({"error": {"message": "overloaded"}}), "stream_error", "overloaded"),
-        (ev({"error": "boom"}), "stream_error", "boom"),
+        (b"{not json", BadStream, "not JSON"),
+        (b"[1, 2]", BadStream, "not a JSON object"),
+        (ev({"choices": "x"}), BadStream, "choices is not a list"),
+        (ev({"choices": ["x"]}), BadStream, "choice is not an object"),
+        (ev({"choices": [{"delta": "x"}]}), BadStream, "delta is not an object"),
+        (ev({"choices": [{"delta": {"content": 5}}]}), BadStream, "text is not a string"),
+        (ev({"choices": [], "usage": [1]}), BadStream, "usage is not an object"),
+        (ev({"choices": [{"delta": {"tool_calls": "x"}}]}), BadStream, "tool_calls"),
+        (ev({"choices": [{"delta": {"tool_calls": ["x"]}}]}), BadStream, "malformed"),
+        (ev({"choices": [{"delta": {"tool_calls": [{"function": {"name": 3}}]}}]}),
+         BadStream, "name is not a string"),
+        (ev({"error": {"message": "overloaded"}}), StreamErrorEvent, "overloaded"),
+        (ev({"error": "boom"}), StreamErrorEvent, "boom"),
     ],
 )
-def test_malformed_events_are_upstream_failures(payload: bytes, kind: str, detail: str) -> None:
-    with pytest.raises(AttemptError) as e:
+def test_malformed_events_are_upstream_failures(
+    payload: bytes, kind: type[AttemptFailed], detail: str
+) -> None:
+    with pytest.raises(kind) as e:
         fed([payload])
-    assert e.value.kind == kind and detail in e.value.detail
+    assert type(e.value) is kind and detail in e.value.detail
 
 
 def test_text_completions_read_text() -> None:
@@ -199,9 +186,9 @@ def test_framer_cuts_complete_events(chunks: list[bytes], payloads: list[bytes])
 def test_framer_refuses_an_event_over_its_limit() -> None:
     f = SSEFramer(max_event=1000)
     f.feed(b"data: " + b"x" * 600)
-    with pytest.raises(AttemptError) as e:
+    with pytest.raises(AnswerTooLarge) as e:
         f.feed(b"x" * 600)
-    assert e.value.kind == "too_large" and "1000 bytes" in e.value.detail
+    assert "1000 bytes" in e.value.detail
 
 
 def test_framer_is_linear_in_a_long_event() -> None:

@@ -1,6 +1,7 @@
 """Structure rules for the ``gateway`` package, checked on its source with ``ast``.
 
-* no module over ``MAX_MODULE_LINES`` lines;
+* no module over ``MAX_MODULE_LINES`` lines, unless its docstring says why in a line that
+  starts with ``SIZE_REASON`` ("Over 400 lines because ...");
 * no function or method over ``MAX_FUNCTION_LINES`` lines or ``MAX_PARAMS`` parameters;
 * no import cycle among gateway modules (imports inside functions count, imports under
   ``if TYPE_CHECKING:`` do not);
@@ -25,7 +26,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "gateway"
 
-MAX_MODULE_LINES = 500
+MAX_MODULE_LINES = 400
+SIZE_REASON = f"Over {MAX_MODULE_LINES} lines because"
 MAX_FUNCTION_LINES = 60
 MAX_PARAMS = 6
 DATA_PLANE = (
@@ -236,10 +238,19 @@ def import_cycles(modules: tuple[Module, ...]) -> list[Offender]:
 # --------------------------------------------------------------------------------------------
 
 
+def size_reason(mod: Module) -> str | None:
+    """The line of the module's docstring that says why it is over the size limit."""
+    doc = ast.get_docstring(mod.tree, clean=False) or ""
+    return next((ln for ln in doc.splitlines() if ln.startswith(SIZE_REASON)), None)
+
+
 def module_size(mod: Module) -> list[Offender]:
-    if mod.lines <= MAX_MODULE_LINES:
+    if mod.lines <= MAX_MODULE_LINES or size_reason(mod) is not None:
         return []
-    return [f"{mod.at(1)}: {mod.lines} lines (max {MAX_MODULE_LINES})"]
+    return [
+        f"{mod.at(1)}: {mod.lines} lines (max {MAX_MODULE_LINES}, unless a line of its "
+        f"docstring starts with {SIZE_REASON!r})"
+    ]
 
 
 def count_params(args: ast.arguments) -> int:
@@ -387,6 +398,7 @@ def test_no_import_cycles_between_packages() -> None:
 # --------------------------------------------------------------------------------------------
 
 LONG_BODY = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+BIG = "x = 1\n" * MAX_MODULE_LINES  # with any line more, over the limit
 
 
 @pytest.mark.parametrize(
@@ -394,6 +406,12 @@ LONG_BODY = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
     [
         ("module_size", "x = 1\n" * MAX_MODULE_LINES, 0),
         ("module_size", "x = 1\n" * (MAX_MODULE_LINES + 1), 1),
+        ("module_size", f'"""Doc.\n\n{SIZE_REASON} it must be."""\n' + BIG, 0),
+        ("module_size", f'"""{SIZE_REASON} it must be."""\n' + BIG, 0),
+        ("module_size", f'"""Doc.\n\n  {SIZE_REASON} indented."""\n' + BIG, 1),
+        ("module_size", f'"""Doc: {SIZE_REASON} not at a line\'s start."""\n' + BIG, 1),
+        ("module_size", f'"""Doc."""\n# {SIZE_REASON} a comment is no docstring\n' + BIG, 1),
+        ("module_size", f'x = 1\n"""{SIZE_REASON} not the docstring."""\n' + BIG, 1),
         ("function_size", f"def f():\n{LONG_BODY[: LONG_BODY.rfind(chr(10))]}\n", 0),
         ("function_size", f"def f():\n{LONG_BODY}\n", 1),
         ("function_size", "class C:\n    def m(self, a, b, c, d, e, f): ...\n", 0),

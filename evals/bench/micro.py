@@ -49,7 +49,8 @@ from gateway.routing.classify import Classifier
 from gateway.routing.router import RouteDecision, Router
 from gateway.rules.schema import load_rules
 from gateway.settings import REPO_RULES
-from gateway.upstream.sse import SSEFramer, StreamState
+from gateway.upstream.framing import SSEFramer
+from gateway.upstream.sse import StreamState
 
 ROOT = Path(__file__).resolve().parents[2]
 CLASSIFY_ROUTE_TARGET_US = 50.0

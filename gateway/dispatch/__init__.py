@@ -1,6 +1,7 @@
 """The attempt loop: one request over the tiers of its route, within its deadline.
 
-* ``attempts``     :class:`Dispatcher`, the one retry layer and its entry point
+* ``attempts``     :class:`Dispatcher`, the one retry layer and its entry point (``serve``)
+* ``fallback``     what each attempt failure means for the request: the one table
 * ``opening``, ``relay``, ``complete``   a streamed attempt up to its first token, its
   live phase, and a non-streamed attempt
 * ``hedge``, ``bridge``, ``continuation``, ``splice``, ``loopguard``, ``live``, ``rate``

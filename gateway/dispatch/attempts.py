@@ -7,9 +7,12 @@ Given a :class:`Call`, try its tiers in order within the request's deadline:
 * An attempt fails on a 5xx/429/408 answer, a connection error, a timeout (first token,
   stall, its budget), a malformed answer, or a failed quality check. The next tier is
   tried at once: waiting helps the tier that failed, not the other one.
-* A transient fault (a reset, 500, 502, 503, 429) is retried once on the same tier after
-  a short jittered wait, or the engine's ``Retry-After``, when the budget allows;
-  tenacity owns those waits. The time waited is reported, not counted as overhead.
+* A transient fault (a reset, 500, 502, 503, 429: :mod:`gateway.dispatch.fallback`) is
+  retried on the same tier (``same_tier_retries`` times, once by default) after a short
+  jittered wait — ``backoff_initial``, doubled for each retry after the first, plus up to
+  ``backoff_jitter``, at most ``backoff_max`` — or the engine's ``Retry-After``, when the
+  budget allows; tenacity owns those waits. The time waited is reported, not counted as
+  overhead.
 * An engine's other 4xx is the request's own fault: relayed, never retried.
 * When the last tier fails a check, the rule says what happens (``on_last_failure``):
   ``deliver`` the answer with ``x-gateway-checks-failed``, or answer with an error.
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -40,19 +44,21 @@ from gateway.dispatch.budget import MIN_ATTEMPT_S, Kind, LatencyBook, reserve
 from gateway.dispatch.call import Call
 from gateway.dispatch.complete import Completer
 from gateway.dispatch.continuation import Continuer
+from gateway.dispatch.fallback import all_failed, verdict
 from gateway.dispatch.finish import plan
 from gateway.dispatch.hedge import BothFailed, HedgeBudget, HedgeWatch, race
 from gateway.dispatch.opening import Opening, StreamOpener
 from gateway.dispatch.outcome import BridgePlan, Failure, Outcome, Trail
 from gateway.dispatch.relay import StreamRelay
-from gateway.errors import RateLimited, UpstreamFailed, UpstreamTimeout
 from gateway.request.model import ClientRequest
 from gateway.routing.router import RouteDecision
 from gateway.rules.schema import Dispatch
 from gateway.telemetry.recorder import Telemetry
+from gateway.tenancy.limits import Reserve
+from gateway.tenancy.tenants import Effective
+from gateway.upstream.failures import AttemptFailed, DeadlineSpent, UpstreamStatus
 from gateway.upstream.pools import Pools
 from gateway.upstream.scheduler import ANYONE, Ticket
-from gateway.upstream.transport import AttemptError
 
 T = TypeVar("T")
 log = logging.getLogger("gateway.dispatch")
@@ -78,7 +84,7 @@ class _StopAt(stop_base):
 
 
 def _transient(exc: BaseException) -> bool:
-    return isinstance(exc, AttemptError) and exc.transient
+    return isinstance(exc, AttemptFailed) and verdict(exc).same_tier
 
 
 class Dispatcher:
@@ -100,12 +106,36 @@ class Dispatcher:
         self._completer = Completer(self._opener, telemetry, repetition)
         self._repetition = repetition
 
+    # -- the entry point of a request ----------------------------------------------------------
+    async def serve(
+        self, req: ClientRequest, d: RouteDecision, eff: Effective
+    ) -> Outcome | StreamRelay:
+        """Serve one admitted request on its route, its deadline starting now: the answer
+        (:meth:`complete`), or a stream past its first token to relay (:meth:`stream`)."""
+        p = eff.policy
+        ticket = Ticket.of(eff.tenant_id, d.cls.sla, p.priority_shift or 0, p.share_weight or 1)
+        call = self.call(req, d, time.monotonic() + d.deadline, ticket)
+        if req.stream:
+            return await self.stream(call)
+        return await self.complete(call)
+
+    def worst_case(self, req: ClientRequest, d: RouteDecision, max_tokens: int) -> Reserve:
+        """What the request may use at most: its prompt and ``max_tokens`` (the client's, else
+        the given default) for each choice, at the dearest tier of its chain."""
+        c = d.cls
+        n = req.body.get("n")
+        out = (c.max_tokens or max_tokens) * (n if isinstance(n, int) and n > 1 else 1)
+        usage = {"prompt_tokens": c.prompt_tokens, "completion_tokens": out}
+        pools = self._pools
+        usd = max((pools[t].cost(usage) or 0.0 for t in d.tiers if t in pools), default=0.0)
+        return Reserve(c.prompt_tokens + out, math.ceil(usd * 1e6))
+
     def call(
         self, req: ClientRequest, d: RouteDecision, deadline_at: float, ticket: Ticket = ANYONE
     ) -> Call:
         return Call(req, d, deadline_at, tuple(self._checks[n] for n in d.checks), ticket)
 
-    # -- the two entry points -----------------------------------------------------------------
+    # -- the two ways through the tiers ------------------------------------------------------
     async def complete(self, call: Call) -> Outcome:
         trail = Trail()
         cont = Continuer(call, self._pools, self._opener, self._run, self._repetition)
@@ -119,7 +149,12 @@ class Dispatcher:
             cont.drop_ahead()  # a candidate loop's continuation that no tier took
         if trail.bridged is not None and trail.bridge is not None:
             tier = trail.bridge.tier  # the hedge's second tier handed the answer back
-        return Outcome(tier, body, trail, usage)
+        # an engine that reports no usage is charged an estimate, never nothing
+        usage = usage or {
+            "prompt_tokens": call.req.prompt_tokens,
+            "completion_tokens": len(body) // 4,
+        }
+        return Outcome(tier, body, trail, usage, self._pools[tier].cost(usage))
 
     async def stream(self, call: Call) -> StreamRelay:
         """A stream past its first token, ready to be relayed (by the caller, to its sink)."""
@@ -146,7 +181,7 @@ class Dispatcher:
     ) -> tuple[str, T]:
         """Try ``tiers`` in order; the first answer wins. Raises when every tier failed.
         With ``hedge`` (a request's own tiers, not a continuation's), the rule's hedging."""
-        last_error = AttemptError("deadline", "no time left for an attempt", timeout=True)
+        last_error: AttemptFailed = DeadlineSpent("no time left for an attempt")
         i = 0
         if hedge and call.d.hedge_after is not None and len(tiers) > 1:
             self.hedges.earn()
@@ -154,18 +189,18 @@ class Dispatcher:
                 return await self._hedged(call, tiers, attempt, trail)
             except BothFailed as e:
                 last_error, i = e.last, 2
-            except AttemptError as e:
+            except AttemptFailed as e:
                 last_error, i = e, 1
-            if not last_error.retryable:
-                raise self._give_up(last_error, trail) from None
+            if not verdict(last_error).next_tier:
+                raise all_failed(last_error, trail.failures) from None
         for tier in tiers[i:]:
             try:
                 return tier, await self._tier(tier, attempt, self._how(call, tiers, tier), trail)
-            except AttemptError as e:
+            except AttemptFailed as e:
                 last_error = e
-                if not e.retryable:
+                if not verdict(e).next_tier:
                     break
-        raise self._give_up(last_error, trail)
+        raise all_failed(last_error, trail.failures)
 
     def _hedge_delay(self, setting: float | str | None, tier: str) -> float:
         if isinstance(setting, float | int):
@@ -182,8 +217,14 @@ class Dispatcher:
         until = call.deadline_at - reserve(self.book, later, kind, self._cfg.reserve_floor)
         token = asyncio.Event() if hedge else None
         deliver = not later and call.d.on_last_failure == "deliver"
-        hold = self._hold(call, tier)
-        return Opening(hold, until, deliver, call.req.stream, token, bool(later))
+        return Opening(
+            hold_tokens=self._hold(call, tier),
+            until=until,
+            deliver=deliver,
+            stream=call.req.stream,
+            first_token=token,
+            guard_rate=bool(later),
+        )
 
     async def _hedged(
         self, call: Call, tiers: tuple[str, ...], attempt: Attempt[T], trail: Trail
@@ -218,9 +259,9 @@ class Dispatcher:
         """One tier: an attempt, and after a transient fault, a retry if the budget allows."""
         try:
             return await self._timed(tier, attempt, how, trail)
-        except AttemptError as e:
-            wait = self._wait(e)
-            if not (e.transient and self._cfg.same_tier_retries):
+        except AttemptFailed as e:
+            wait = self._wait(e, 1)
+            if not (verdict(e).same_tier and self._cfg.same_tier_retries):
                 raise
             if not self._pools[tier].available(time.monotonic()):
                 raise  # its circuit just opened: no retry into it
@@ -231,7 +272,10 @@ class Dispatcher:
         await self._sleep(wait, trail)
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self._cfg.same_tier_retries) | _StopAt(how.until),
-            wait=lambda s: self._wait(s.outcome.exception() if s.outcome else None),
+            # after the n-th attempt of this loop comes the (n + 1)-th retry of the tier
+            wait=lambda s: self._wait(
+                s.outcome.exception() if s.outcome else None, s.attempt_number + 1
+            ),
             retry=retry_if_exception(_transient),
             sleep=lambda s: self._sleep(s, trail),
             reraise=True,
@@ -251,20 +295,30 @@ class Dispatcher:
         watch.retry_at = time.monotonic() + wait
         return True
 
-    def _wait(self, e: BaseException | None) -> float:
-        if isinstance(e, AttemptError) and e.retry_after is not None:
+    def _wait(self, e: BaseException | None, retry: int) -> float:
+        """The wait before the ``retry``-th retry of a tier: the engine's ``Retry-After``
+        when it sent one, else :meth:`backoff`."""
+        if isinstance(e, UpstreamStatus) and e.retry_after is not None:
             return e.retry_after
-        return self._cfg.backoff_initial + random.uniform(0, self._cfg.backoff_jitter)
+        return self.backoff(retry)
+
+    def backoff(self, retry: int) -> float:
+        """The gateway's own wait before the ``retry``-th retry (1, 2 ...) of a tier:
+        ``backoff_initial`` doubled for each retry after the first, plus up to
+        ``backoff_jitter``, at most ``backoff_max``."""
+        c = self._cfg
+        wait = c.backoff_initial * 2.0 ** (retry - 1) + random.uniform(0, c.backoff_jitter)
+        return min(c.backoff_max, wait)
 
     @staticmethod
     async def _sleep(seconds: float, trail: Trail) -> None:
-        """A deliberate wait; what was really waited is reported (a hedge that won meanwhile
-        cancels it part-way)."""
+        """A deliberate wait, reported as what was really waited: all of it, or the part
+        before it was cut short (a hedge that won meanwhile cancels it)."""
         t0 = time.monotonic()
         try:
             await asyncio.sleep(seconds)
         finally:
-            trail.backoff_s += time.monotonic() - t0
+            trail.backoff_s += min(seconds, time.monotonic() - t0)
 
     async def _timed(self, tier: str, attempt: Attempt[T], how: Opening, trail: Trail) -> T:
         t0 = time.perf_counter()
@@ -273,12 +327,11 @@ class Dispatcher:
         ) as span:
             try:
                 value = await attempt(tier, how)
-            except AttemptError as e:
-                trail.failures.append(
-                    Failure(tier, e.kind, e.detail, e.timeout, time.perf_counter() - t0)
-                )
-                span.set_attribute("gateway.attempt.outcome", e.kind)
-                log.info("attempt on %s failed: %s (%s)", tier, e.kind, e.detail)
+            except AttemptFailed as e:
+                failure = Failure.of(tier, e, time.perf_counter() - t0)
+                trail.failures.append(failure)
+                span.set_attribute("gateway.attempt.outcome", failure.reason)
+                log.info("attempt on %s failed: %s (%s)", tier, failure.reason, e.detail)
                 raise
         trail.ok_attempt_s = time.perf_counter() - t0
         self.book.add(tier, "stream" if how.stream else "answer", trail.ok_attempt_s)
@@ -293,25 +346,6 @@ class Dispatcher:
         if call.d.hold_back or facts.tools or facts.json_schema or not call.can_be_continued():
             return self._pools[tier].tier.stream.hold_back_tokens
         return 0
-
-    @staticmethod
-    def _give_up(last: AttemptError, trail: Trail) -> Exception:
-        if not last.retryable and last.status is not None and last.body is not None:
-            return last  # a client error from the engine: relayed as it is
-        if last.kind == "shed":  # the queue could not start it in time: come back later
-            retry = last.retry_after or 1.0
-            return RateLimited(
-                f"The gateway is saturated: {last.detail}.",
-                retry_after=retry,
-                type_="server_overloaded",
-                code="overloaded",
-                headers={"Retry-After": str(int(retry))},
-            )
-        what = "; ".join(f"{f.tier}: {f.kind}" for f in trail.failures) or last.kind
-        msg = f"Every tier failed: {what}."
-        if trail.failures and trail.failures[-1].timeout:
-            return UpstreamTimeout(msg)
-        return UpstreamFailed(msg)
 
 
 def _overlapping_waits(trail: Trail, before: tuple[float, float, float]) -> None:

@@ -30,8 +30,8 @@ from gateway.dispatch.continuation import Continuer
 from gateway.dispatch.opening import StreamStart
 from gateway.dispatch.outcome import BridgePlan, Trail
 from gateway.errors import GatewayError
+from gateway.upstream.failures import AttemptFailed
 from gateway.upstream.pools import Pools
-from gateway.upstream.transport import AttemptError
 
 log = logging.getLogger("gateway.dispatch")
 # The longest the standard stream is held for the continuation's first token, whatever the
@@ -74,7 +74,7 @@ async def bridge(
     try:
         async with asyncio.timeout(wait):
             _, nxt = await cont.open_on((plan.tier,), prefix, tokens, own, keep_events)
-    except (TimeoutError, AttemptError, GatewayError) as e:
+    except (TimeoutError, AttemptFailed, GatewayError) as e:
         log.debug("bridge to %s: none (%s)", plan.tier, type(e).__name__)
         return None
     finally:

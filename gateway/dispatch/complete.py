@@ -23,17 +23,24 @@ from gateway.dispatch.assemble import assemble, assemble_state, outputs
 from gateway.dispatch.bridge import bridge
 from gateway.dispatch.call import Call
 from gateway.dispatch.continuation import Continuer, continuation_body
+from gateway.dispatch.fallback import verdict
 from gateway.dispatch.loopguard import LoopGuard
 from gateway.dispatch.opening import Opening, StreamOpener, StreamStart, pull
 from gateway.dispatch.outcome import Failure, Salvage, Trail
 from gateway.dispatch.splice import merge_usage
 from gateway.telemetry.recorder import Telemetry
+from gateway.upstream.failures import (
+    AnswerTimeout,
+    AttemptFailed,
+    BadBody,
+    LoopFound,
+    TemplateLeaked,
+    check_failed,
+)
 from gateway.upstream.pools import Pool
 from gateway.upstream.sse import StreamState
-from gateway.upstream.transport import AttemptError
 
 Answer = tuple[bytes, dict[str, Any] | None]
-_CONTINUABLE = frozenset(("stream_cut", "stall", "too_slow", "timeout"))
 
 
 class Completer:
@@ -61,10 +68,10 @@ class Completer:
                 s = await self._opener.open(
                     call, pool, body, replace(how, continuing=bool(salvage)), trail
                 )
-            except AttemptError as e:
+            except AttemptFailed as e:
                 if isinstance(e.partial, StreamState):  # e.g. a loop in the first read
                     self._keep(call, pool.name, e.partial, e, trail)
-                if salvage is None or e.retryable:
+                if salvage is None or verdict(e).next_tier:
                     raise
                 pool.continues = False  # it refuses assistant prefixes: start over there
                 trail.salvage = None
@@ -87,7 +94,7 @@ class Completer:
         """:meth:`_judge`; a failure leaves the next tier what of ``s``'s text it can use."""
         try:
             self._judge(call, answer, how, trail, s)
-        except AttemptError as e:
+        except AttemptFailed as e:
             if s is not None:
                 self._keep(call, s.pool.name, s.state, e, trail)
             raise
@@ -113,8 +120,8 @@ class Completer:
             if isinstance(answer.get("usage"), dict):
                 answer["usage"] = merge_usage(first_usage, tokens, answer["usage"])
             self._judged(call, answer, fast, trail, nxt)
-        except AttemptError as e:
-            trail.failures.append(Failure(nxt.pool.name, e.kind, e.detail, e.timeout))
+        except AttemptFailed as e:
+            trail.failures.append(Failure.of(nxt.pool.name, e))
             trail.bridged = None
             return await self.complete(call, pool, replace(how, bridge=None), trail, cont)
         trail.continued = trail.bridged
@@ -130,7 +137,7 @@ class Completer:
         except BaseException as e:
             s.up.close()
             s.finish(ok=True)
-            if isinstance(e, AttemptError):
+            if isinstance(e, AttemptFailed):
                 self._keep(call, s.pool.name, s.state, e, trail)
             raise
         finally:
@@ -140,7 +147,7 @@ class Completer:
         return answer
 
     def _keep(
-        self, call: Call, tier: str, state: StreamState, e: AttemptError, trail: Trail
+        self, call: Call, tier: str, state: StreamState, e: AttemptFailed, trail: Trail
     ) -> None:
         """What of a failed attempt's text the next tier can continue: what came before a loop
         (not one copy of its unit: a model shown it tends to go on with it) or before a
@@ -148,12 +155,12 @@ class Completer:
         if trail.salvage or not (state.plain and state.resumable):
             return
         text, at = state.text(), None
-        if e.kind == "check_repetition":
+        if isinstance(e, LoopFound):
             at = find_loop_start(text, self._repetition, state.finish_reason == "length")
-        elif e.kind == "check_template_leak":
+        elif isinstance(e, TemplateLeaked):
             leak = next((c for c in call.checks if isinstance(c, TemplateLeakCheck)), None)
             at = leak.first_at(text) if leak is not None else None
-        elif e.kind in _CONTINUABLE:
+        elif verdict(e).continuable:
             at = len(text)
         if at and text[:at].strip() and call.can_be_continued():
             tokens = state.tokens_for(at)
@@ -175,14 +182,12 @@ class Completer:
                     bad = s.live.maybe_run(s.state)
                     if bad is not None and s.checks_failed is None:
                         if not how.deliver:
-                            raise AttemptError(f"check_{bad.check}", bad.reason)
+                            raise check_failed(bad)
                         s.checks_failed = bad
                     if ahead is not None:
                         ahead.watch(s)
         except TimeoutError:
-            raise AttemptError(
-                "timeout", "the answer did not finish in its budget", timeout=True
-            ) from None
+            raise AnswerTimeout("the answer did not finish in its budget") from None
         if ahead is not None:
             ahead.cont.drop_ahead()  # it finished: a candidate loop was none
         return self._assembled(call, s)
@@ -204,7 +209,7 @@ class Completer:
         """Every check of the rule on every choice (less those the live phase already
         passed on the whole text); the last tier may deliver a failure."""
         if not answer.get("choices"):
-            raise AttemptError("bad_body", "the answer has no choices")
+            raise BadBody("the answer has no choices")
         failed, checks = None, call.checks
         if s is not None:
             failed, seen = s.checks_failed, s.live.passed_whole(s.state)
@@ -215,7 +220,7 @@ class Completer:
             if bad is None:
                 continue
             if not how.deliver:
-                raise AttemptError(f"check_{bad.check}", bad.reason)
+                raise check_failed(bad)
             trail.checks_failed = bad.check
             return
 
@@ -233,8 +238,8 @@ class Completer:
                 pool.limits(how.until - time.monotonic(), stream=False),
             )
             held = time.perf_counter() - t0
-        except AttemptError as e:
-            pool.record(not e.retryable)
+        except AttemptFailed as e:
+            pool.record(not verdict(e).tier_fault)
             raise
         finally:
             pool.release(rep, held)
@@ -243,15 +248,15 @@ class Completer:
             answer = orjson.loads(data)
         except orjson.JSONDecodeError:
             pool.record(False)
-            raise AttemptError("bad_body", "the answer is not JSON") from None
+            raise BadBody("the answer is not JSON") from None
         if not isinstance(answer, dict) or not isinstance(answer.get("choices"), list):
             pool.record(False)
-            raise AttemptError("bad_body", "the answer is not a completion object")
+            raise BadBody("the answer is not a completion object")
         try:
             answer = assemble_plain(call.req.kind, answer)
         except (TypeError, ValueError, KeyError):
             pool.record(False)
-            raise AttemptError("bad_body", "the answer's choices are malformed") from None
+            raise BadBody("the answer's choices are malformed") from None
         pool.record(True)
         self._judge(call, answer, how, trail, None)
         return data, answer.get("usage")
@@ -335,7 +340,7 @@ class _Ahead:
                 cont.drop_ahead()  # the candidate broke off
             return
         if self.guard.confirmed(state):
-            raise AttemptError("check_repetition", "the text repeats one unit")
+            raise LoopFound("the text repeats one unit")
         if cont.wants_ahead and state.plain and state.resumable:
             at = self.guard.start
             tokens = state.tokens_for(at)

@@ -35,12 +35,13 @@ import orjson
 from gateway.checks.config import RepetitionSettings
 from gateway.checks.repetition import find_loop_start
 from gateway.dispatch.call import Call
+from gateway.dispatch.fallback import reason, verdict
 from gateway.dispatch.finish import Way, finishable, prompt_body, restart_body, streamed, way
 from gateway.dispatch.opening import Opening, StreamOpener, StreamStart
 from gateway.dispatch.outcome import Trail
+from gateway.upstream.failures import AttemptFailed, NoContinuation
 from gateway.upstream.pools import Pool, Pools
 from gateway.upstream.sse import StreamState
-from gateway.upstream.transport import AttemptError
 
 log = logging.getLogger("gateway.dispatch")
 Run = Callable[..., Awaitable[tuple[str, Any]]]
@@ -159,8 +160,8 @@ class Continuer:
             return None
         try:
             taken = await ahead.take(trail)
-        except AttemptError as e:
-            log.debug("continuation opened ahead: failed (%s)", e.kind)
+        except AttemptFailed as e:
+            log.debug("continuation opened ahead: failed (%s)", reason(e))
             return None
         log.debug("continuation opened ahead: taken")
         return taken
@@ -176,7 +177,7 @@ class Continuer:
         """A stream from the tiers after ``after`` that continues the assistant ``prefix``
         (``keep_events``: for a non-streamed answer, to be assembled, by continuation only;
         else the client's stream, finished any way a tier can: :mod:`finish`). Raises
-        :class:`AttemptError` (never a client-error relay) when none can."""
+        :class:`AttemptFailed` (never a client-error relay) when none can."""
         tiers = self._call.d.tiers
         later = tiers[tiers.index(after) + 1 :]
         return await self.open_on(later, prefix, sent_tokens, trail, keep_events, not keep_events)
@@ -197,22 +198,28 @@ class Continuer:
             pool = self._pools[tier]
             # a trickle fails it where a tier after it can take over (a hand-back's)
             guard = self.finishable(tier) if finish else self.possible(tier)
-            how = Opening(0, how.until, False, not keep_events, guard_rate=guard, continuing=True)
+            how = Opening(
+                hold_tokens=0,
+                until=how.until,
+                deliver=False,
+                stream=not keep_events,
+                guard_rate=guard,
+                continuing=True,
+            )
             w = way(call, pool)
             if w == "continue":
                 try:
                     return await self._continued(pool, prefix, sent_tokens, how, trail)
-                except AttemptError as e:
-                    if finish and e.kind == "no_continuation" and not pool.continues:
-                        w = way(call, pool)  # it refused: finish it another way there
-                    else:
+                except NoContinuation:
+                    if not (finish and not pool.continues):
                         raise
+                    w = way(call, pool)  # it refused: finish it another way there
             if not finish:
-                raise AttemptError("no_continuation", f"tier {tier} cannot continue a stream")
+                raise NoContinuation(f"tier {tier} cannot continue a stream")
             return await self._finished(pool, w, prefix, sent_tokens, how, trail)
 
         if not tiers:
-            raise AttemptError("no_continuation", "no tier left")
+            raise NoContinuation("no tier left")
         result: tuple[str, StreamStart] = await self._run(call, tiers, attempt, trail)
         return result
 
@@ -222,15 +229,15 @@ class Continuer:
         """The continuation of ``prefix`` on ``pool``; a 4xx to it is learned (never again)."""
         body = continuation_body(self._call, pool, prefix, sent_tokens)
         if body is None:
-            raise AttemptError("no_continuation", f"tier {pool.name} cannot continue a stream")
+            raise NoContinuation(f"tier {pool.name} cannot continue a stream")
         try:
             s = await self._opener.open(self._call, pool, body, how, trail)
-        except AttemptError as e:
-            if e.retryable:
+        except AttemptFailed as e:
+            if verdict(e).next_tier:
                 raise
             pool.continues = False  # it refuses assistant prefixes: never ask again
-            log.info("tier %s refused a continuation (%s): not asked again", pool.name, e.kind)
-            raise AttemptError("no_continuation", f"tier {pool.name} refused ({e.kind})") from None
+            log.info("tier %s refused a continuation (%s): not asked again", pool.name, reason(e))
+            raise NoContinuation(f"tier {pool.name} refused ({reason(e)})") from None
         s.way = "continue"
         return s
 

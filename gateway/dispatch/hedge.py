@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from gateway.upstream.transport import AttemptError
+from gateway.upstream.failures import AttemptFailed
 
 T = TypeVar("T")
 
@@ -59,7 +59,7 @@ class HedgeWatch:
 
 
 class BothFailed(Exception):
-    def __init__(self, last: AttemptError):
+    def __init__(self, last: AttemptFailed):
         super().__init__(str(last))
         self.last = last
 
@@ -75,7 +75,7 @@ async def race(
     """``first``'s answer, or when it has no token after ``delay`` (and ``allow()``), the
     first good answer of ``first`` and ``second`` run side by side: (which won, whether
     the hedge fired, the answer).
-    Raises the first's :class:`AttemptError` when it fails unhedged, :class:`BothFailed`
+    Raises the first's :class:`AttemptFailed` when it fails unhedged, :class:`BothFailed`
     when both did."""
     t1: asyncio.Future[T] = asyncio.ensure_future(first())
     try:
@@ -94,7 +94,7 @@ async def race(
         watch.fired = True
     t2: asyncio.Future[T] = asyncio.ensure_future(second())
     pending: set[asyncio.Future[Any]] = {t1, t2}
-    last: AttemptError | None = None
+    last: AttemptFailed | None = None
     won: asyncio.Future[Any] | None = None
     try:
         while pending:
@@ -104,7 +104,7 @@ async def race(
                 if exc is None:
                     won = t
                     return (0 if t is t1 else 1), True, t.result()
-                if not isinstance(exc, AttemptError):
+                if not isinstance(exc, AttemptFailed):
                     raise exc
                 last = exc
     finally:

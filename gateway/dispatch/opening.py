@@ -15,17 +15,29 @@ from dataclasses import dataclass, field
 from gateway.checks.base import CheckResult
 from gateway.dispatch.budget import MIN_ATTEMPT_S, LatencyBook
 from gateway.dispatch.call import Call
+from gateway.dispatch.fallback import verdict
 from gateway.dispatch.hedge import HedgeWatch
 from gateway.dispatch.live import LiveChecks
 from gateway.dispatch.outcome import BridgePlan, Trail
 from gateway.dispatch.rate import RateGuard
 from gateway.telemetry.recorder import Telemetry
-from gateway.upstream.pools import Pool, Replica
-from gateway.upstream.sse import SSEFramer, StreamState
-from gateway.upstream.transport import AttemptError, Timeouts, UpstreamStream
+from gateway.upstream.failures import (
+    AttemptFailed,
+    BadBody,
+    EmptyStream,
+    FirstTokenTimeout,
+    QueueTimeout,
+    StreamCut,
+    check_failed,
+)
+from gateway.upstream.framing import SSEFramer
+from gateway.upstream.pools import Pool
+from gateway.upstream.replicas import Replica
+from gateway.upstream.sse import StreamState
+from gateway.upstream.transport import Timeouts, UpstreamStream
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Opening:
     """How to open one attempt's stream: the hold-back window and the attempt's end."""
 
@@ -42,7 +54,7 @@ class Opening:
     continuing: bool = False  # it continues another tier's text (not an answer's beginning)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class StreamStart:
     """An upstream stream past its first token (and hold-back window)."""
 
@@ -85,27 +97,10 @@ class StreamOpener:
         remaining = how.until - time.monotonic()
         if remaining < MIN_ATTEMPT_S:  # the queue took the attempt's time: not the engine's
             pool.release(rep, None)
-            raise AttemptError("queue_timeout", "no time left after the queue", timeout=True)
+            raise QueueTimeout("no time left after the queue")
         ttft = min(pool.tier.timeouts.ttft, call.d.ttft_budget, remaining)
         cfg = pool.tier.stream
-        s = StreamStart(
-            _Closed(),
-            b"",
-            SSEFramer(pool.tier.max_event_bytes, pool.tier.max_answer_bytes),
-            StreamState(call.req.kind == "chat"),
-            LiveChecks(
-                call.checks,
-                call.req.facts,
-                cfg.check_every_chars,
-                cfg.check_window_chars,
-                fresh=not how.continuing,
-            ),
-            pool,
-            rep,
-        )
-        if not how.stream:
-            s.state.events = []
-        s.rate = RateGuard.of(pool.tier.timeouts) if how.guard_rate else None
+        s = _start(call, pool, rep, how)
         t0 = time.perf_counter()
         try:
             async with asyncio.timeout(ttft):
@@ -119,19 +114,17 @@ class StreamOpener:
                 bad = await self._hold_back(call, s, how.hold_tokens, cfg.hold_back_ms)
             if bad is not None:
                 if not how.deliver:
-                    raise AttemptError(f"check_{bad.check}", bad.reason)
+                    raise check_failed(bad)
                 s.checks_failed = bad
                 trail.checks_failed = bad.check
         except TimeoutError:
             _abandon(s)
             if ttft < remaining:  # the engine's own limit, not what the deadline left it
                 pool.record(False)
-            raise AttemptError(
-                "timeout_ttft", f"no first token within {ttft:.2f}s", timeout=True
-            ) from None
-        except AttemptError as e:
+            raise FirstTokenTimeout(f"no first token within {ttft:.2f}s") from None
+        except AttemptFailed as e:
             _abandon(s)
-            pool.record(not e.retryable or e.kind.startswith("check_"))
+            pool.record(not verdict(e).tier_fault)
             e.partial = s.state  # what came before (a non-streamed call may continue it)
             raise
         except BaseException:
@@ -161,6 +154,30 @@ class StreamOpener:
         if state.done:  # all of it is here: every check of the rule
             return self._tel.run_checks(call.checks, state.output(), call.req.facts)
         return s.live.run(state)
+
+
+def _start(call: Call, pool: Pool, rep: Replica, how: Opening) -> StreamStart:
+    """A stream about to be opened on ``rep``, with its framer, state, checks and rate."""
+    cfg = pool.tier.stream
+    s = StreamStart(
+        up=_Closed(),
+        head=b"",
+        framer=SSEFramer(pool.tier.max_event_bytes, pool.tier.max_answer_bytes),
+        state=StreamState(call.req.kind == "chat"),
+        live=LiveChecks(
+            call.checks,
+            call.req.facts,
+            cfg.check_every_chars,
+            cfg.check_window_chars,
+            fresh=not how.continuing,
+        ),
+        pool=pool,
+        replica=rep,
+    )
+    if not how.stream:
+        s.state.events = []
+    s.rate = RateGuard.of(pool.tier.timeouts) if how.guard_rate else None
+    return s
 
 
 class _Closed:
@@ -197,8 +214,8 @@ async def pull(s: StreamStart) -> bool:
             s.state.done = s.state.eof_done = True
             return False
         if s.state.id is None and not s.head and s.framer.pending:
-            raise AttemptError("bad_body", "the answer is not an event stream")
-        raise AttemptError("stream_cut", "stream ended without [DONE]")
+            raise BadBody("the answer is not an event stream")
+        raise StreamCut("stream ended without [DONE]")
     complete = s.framer.feed_bytes(chunk)
     if not complete:
         return False
@@ -223,4 +240,4 @@ async def _first_token(s: StreamStart) -> None:
     """Read until a token arrives; a stream that ends before one is a failure."""
     while not await pull(s):
         if s.state.done:
-            raise AttemptError("stream_empty", "stream ended before the first token")
+            raise EmptyStream("stream ended before the first token")

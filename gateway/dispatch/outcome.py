@@ -5,17 +5,29 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.dispatch.fallback import verdict
+from gateway.upstream.failures import AttemptFailed, CheckFailed
 
-@dataclass(slots=True)
+
+@dataclass(frozen=True, slots=True)
 class Failure:
+    """One failed attempt, as the headers, metrics and logs tell it (:meth:`of`)."""
+
     tier: str
-    kind: str
+    reason: str  # its type's reason (gateway.dispatch.fallback): stall, http_503 ...
     detail: str
     timeout: bool
     seconds: float = 0.0
+    check: str | None = None  # the check that failed, if a check failed
+
+    @classmethod
+    def of(cls, tier: str, e: AttemptFailed, seconds: float = 0.0) -> Failure:
+        v = verdict(e)
+        check = e.check if isinstance(e, CheckFailed) else None
+        return cls(tier, v.reason_of(e), e.detail, v.timeout, seconds, check)
 
     def short(self) -> str:
-        return f"{self.tier}:{self.kind}"
+        return f"{self.tier}:{self.reason}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,8 +71,8 @@ class Trail:
     finished: str | None = None  # "<way> <tier>": how a break after the first byte was finished
 
     @property
-    def fallback_kind(self) -> str | None:
-        return self.failures[0].kind if self.failures else None
+    def fallback_reason(self) -> str | None:
+        return self.failures[0].reason if self.failures else None
 
 
 @dataclass(slots=True)
@@ -71,6 +83,7 @@ class Outcome:
     body: bytes
     trail: Trail
     usage: dict[str, Any] | None = None
+    cost: float | None = None  # USD at the answering tier's price (None: it has none)
 
     @property
     def fallback(self) -> str | None:
@@ -79,7 +92,7 @@ class Outcome:
 
 def describe_fallback(failures: list[Failure], tier: str) -> str | None:
     """Why we fell back (x-gateway-fallback): ``highspeed:check_repetition -> standard``.
-    The kind and the tier only: engine addresses and bodies go to the log, not to tenants."""
+    The reason and the tier only: engine addresses and bodies go to the log, not to tenants."""
     if not failures:
         return None
     return "; ".join(f.short() for f in failures) + f" -> {tier}"

@@ -12,7 +12,7 @@ blocked on a slow client is not the engine's and is not counted.
 from __future__ import annotations
 
 from gateway.rules.schema import Timeouts
-from gateway.upstream.transport import AttemptError
+from gateway.upstream.failures import TooSlow
 
 
 class RateGuard:
@@ -30,7 +30,7 @@ class RateGuard:
         return cls(t.min_tokens_per_s, t.rate_window) if t.min_tokens_per_s > 0 else None
 
     def check(self, events: int, now: float) -> None:
-        """Raise ``too_slow`` when the window that just ended had too few output events."""
+        """Raise :class:`TooSlow` when the window that just ended had too few output events."""
         at = self._at
         if at is None:
             if events:  # the clock starts at the first token
@@ -41,8 +41,7 @@ class RateGuard:
             return
         got = events - self._events
         if got < self._rate * elapsed:
-            raise AttemptError(
-                "too_slow",
-                f"{got / elapsed:.2g} tokens/s over {elapsed:.1f}s (at least {self._rate:g})",
+            raise TooSlow(
+                f"{got / elapsed:.2g} tokens/s over {elapsed:.1f}s (at least {self._rate:g})"
             )
         self._at, self._events = now, events

@@ -27,6 +27,7 @@ import orjson
 from gateway.dispatch.bridge import bridge
 from gateway.dispatch.call import Call
 from gateway.dispatch.continuation import Continuer
+from gateway.dispatch.fallback import reason, verdict
 from gateway.dispatch.finish import separator
 from gateway.dispatch.loopguard import LoopGuard
 from gateway.dispatch.opening import StreamStart
@@ -34,8 +35,16 @@ from gateway.dispatch.outcome import Failure, Trail, describe_fallback
 from gateway.dispatch.splice import DONE, Restart, Splice
 from gateway.errors import GatewayError, StreamBroken, error_body
 from gateway.headers import H_CONTINUED, H_COST, H_FALLBACK, H_FINISH
-from gateway.upstream.sse import StreamState, data_payloads
-from gateway.upstream.transport import AttemptError
+from gateway.upstream.failures import (
+    AttemptFailed,
+    ClientSlow,
+    LoopFound,
+    Stall,
+    StreamCut,
+    check_failed,
+)
+from gateway.upstream.framing import data_payloads
+from gateway.upstream.sse import StreamState
 
 _LOOP = "the text repeats one unit (held back, not sent)"
 
@@ -47,13 +56,11 @@ class Sink(Protocol):
 
 
 class _Broken(Exception):
-    """The current upstream stream failed after the client got bytes."""
+    """The current upstream stream failed after the client got bytes: ``error`` says why."""
 
-    def __init__(self, kind: str, detail: str, upstream_fault: bool):
-        super().__init__(detail)
-        self.kind = kind
-        self.detail = detail
-        self.upstream_fault = upstream_fault
+    def __init__(self, error: AttemptFailed):
+        super().__init__(error.detail)
+        self.error = error
 
 
 @contextlib.contextmanager
@@ -61,10 +68,10 @@ def _as_broken() -> Iterator[None]:
     """Upstream trouble while a stream is relayed, as :class:`_Broken`."""
     try:
         yield
-    except AttemptError as e:
-        raise _Broken(e.kind, e.detail, upstream_fault=True) from None
+    except AttemptFailed as e:
+        raise _Broken(e) from None
     except TimeoutError:
-        raise _Broken("stall", "no token within the stall or total timeout", True) from None
+        raise _Broken(Stall("no token within the stall or total timeout")) from None
 
 
 class StreamRelay:
@@ -107,7 +114,7 @@ class StreamRelay:
                 self._release(ok=True)
             except _Broken as b:
                 self._release(ok=not self._engine_fault(b, start))
-                self.trail.failures.append(Failure(self.tier, b.kind, b.detail, False))
+                self.trail.failures.append(Failure.of(self.tier, b.error))
                 await self._recover(sink, start, b)
             await self._epilogue(sink)
         finally:
@@ -178,13 +185,13 @@ class StreamRelay:
                     rate.check(state.emitted, time.monotonic() - self.blocked_s)
                 bad = live.maybe_run(state)
                 if bad is not None:
-                    raise _Broken(f"check_{bad.check}", bad.reason, upstream_fault=False)
+                    raise _Broken(check_failed(bad))
                 out = complete if splice is None else splice.rewrite(data_payloads(complete))
                 if state.usage is not usage and self._strip and splice is None:
                     out = drop_usage(out)
                 if guard is not None and guard.update(state):  # a candidate loop: hold it
                     if guard.confirmed(state):
-                        raise _Broken("check_repetition", _LOOP, upstream_fault=False)
+                        raise _Broken(LoopFound(_LOOP))
                     if self._cont.wants_ahead and state.resumable:  # its continuation
                         prefix = state.text()[: min(guard.start, self.sent_chars)]
                         self._cont.open_ahead(self.tier, prefix, self.sent_tokens, False)
@@ -219,7 +226,7 @@ class StreamRelay:
         tail = prev + last
         ending = StreamState(s.state.chat)  # the last events: usage; finished without [DONE]?
         for p in data_payloads(tail):
-            with contextlib.suppress(AttemptError):
+            with contextlib.suppress(AttemptFailed):
                 ending.feed(p)
         s.state.usage = ending.usage or s.state.usage
         if b"[DONE]" in tail[-64:] or s.state.done:
@@ -236,16 +243,16 @@ class StreamRelay:
         if state.finish_reason is not None:  # a finished stream that omits [DONE]
             state.done = state.eof_done = True
             return
-        raise _Broken("stream_cut", "the stream ended without [DONE]", upstream_fault=True)
+        raise _Broken(StreamCut("the stream ended without [DONE]"))
 
     def _engine_fault(self, b: _Broken, s: StreamStart) -> bool:
         """Whether a failure counts against the tier. A timeout after the client kept us
         blocked on our writes for a stall limit or more is backpressure from a slow
-        reader, not the engine's fault (``client_slow``): the circuit is not charged."""
-        if not b.upstream_fault:
+        reader, not the engine's fault (:class:`ClientSlow`): the circuit is not charged."""
+        if not verdict(b.error).tier_fault:
             return False
-        if b.kind == "stall" and self.blocked_s >= s.pool.tier.timeouts.stall:
-            b.kind, b.detail = "client_slow", "the client read too slowly"
+        if isinstance(b.error, Stall) and self.blocked_s >= s.pool.tier.timeouts.stall:
+            b.error = ClientSlow("the client read too slowly")
             return False
         return True
 
@@ -266,13 +273,13 @@ class StreamRelay:
     # -- recovery ----------------------------------------------------------------------------
     async def _recover(self, sink: Sink, broken: StreamStart, b: _Broken) -> None:
         state = broken.state
-        why = f"tier {self.tier} failed mid-stream ({b.kind})"
+        why = f"tier {self.tier} failed mid-stream ({reason(b.error)})"
         if not (state.resumable and self._can_continue()):
             await self._error(sink, f"The stream broke off: {why}; it cannot be continued.")
             return
         text = state.text()
         prefix = text[: self.sent_chars]
-        if b.kind == "check_repetition":
+        if isinstance(b.error, LoopFound):
             loop = self._cont.loop_start(state)
             if self._guard is not None and self._guard.period:
                 loop = min(loop if loop is not None else self._guard.start, self._guard.start)
@@ -283,7 +290,7 @@ class StreamRelay:
             self.tier, nxt = taken or await self._cont.open(
                 self.tier, prefix, self.sent_tokens, self.trail
             )
-        except (GatewayError, AttemptError):
+        except (GatewayError, AttemptFailed):
             await self._error(
                 sink, f"The stream broke off: {why}; continuing it on another tier failed too."
             )
@@ -299,7 +306,7 @@ class StreamRelay:
             self._release(ok=True)
         except _Broken as b2:
             self._release(ok=not self._engine_fault(b2, nxt))
-            self.trail.failures.append(Failure(self.tier, b2.kind, b2.detail, False))
+            self.trail.failures.append(Failure.of(self.tier, b2.error))
             await self._error(
                 sink, f"The stream broke off: {why}; its continuation on {self.tier} failed too."
             )
@@ -322,6 +329,14 @@ class StreamRelay:
     def cost(self) -> float | None:
         """USD at the answering tier's price (a continuation's first part included)."""
         return self._pool.cost(self.usage())
+
+    def charged(self) -> tuple[dict[str, Any], float | None]:
+        """What the client is charged: :meth:`usage`, its prompt estimated where the stream
+        ended before the engine said, and its cost at the answering tier's price."""
+        usage = self.usage()
+        if not usage.get("prompt_tokens"):
+            usage = {**usage, "prompt_tokens": self.call.req.prompt_tokens}
+        return usage, self._pool.cost(usage)
 
     # -- endings -----------------------------------------------------------------------------
     async def _error(self, sink: Sink, message: str) -> None:

@@ -21,13 +21,14 @@ from typing import Any
 
 import orjson
 
+from gateway.dispatch.fallback import reason
 from gateway.errors import StoreUnavailable
 from gateway.request.model import ClientRequest
 from gateway.routing.router import RouteDecision
 from gateway.store.base import Store
 from gateway.telemetry.recorder import Telemetry
+from gateway.upstream.failures import AttemptFailed
 from gateway.upstream.pools import Pools
-from gateway.upstream.transport import AttemptError
 
 log = logging.getLogger("gateway.dispatch.shadow")
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -119,9 +120,10 @@ class Shadow:
                 pool.limits(pool.tier.timeouts.total, stream=False),
             )
             other = answer_text(req.kind, orjson.loads(data))
-        except (AttemptError, orjson.JSONDecodeError) as e:
+        except (AttemptFailed, orjson.JSONDecodeError) as e:
             self._tel.shadow_failures.add(1, {"tier": against})
-            log.info("shadow request failed", extra={"fields": {"error": str(e)[:200]}})
+            why = f"{reason(e)}: {e.detail}" if isinstance(e, AttemptFailed) else str(e)
+            log.info("shadow request failed", extra={"fields": {"error": why[:200]}})
             return
         score = token_f1(answer, other)
         agree = score >= AGREE_AT

@@ -21,7 +21,7 @@ _ROLES = frozenset({"system", "user", "assistant", "tool", "developer", "functio
 _FORMATS = frozenset({"text", "json_object", "json_schema"})
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class ClientRequest:
     kind: Kind
     body: dict[str, Any]  # decoded client body; forwarded with only ``model`` replaced
@@ -243,7 +243,15 @@ def parse_chat(raw: bytes) -> ClientRequest:
     json_mode, schema = _response_format(body)
     facts = RequestFacts(max_set, json_mode, schema, tools, other_tools)
     return ClientRequest(
-        "chat", body, model, stream, facts, last_user, chars, _affinity(head), max_tokens
+        kind="chat",
+        body=body,
+        model=model,
+        stream=stream,
+        facts=facts,
+        cue_text=last_user,
+        prompt_chars=chars,
+        affinity=_affinity(head),
+        max_tokens=max_tokens,
     )
 
 
@@ -263,12 +271,27 @@ def parse_completion(raw: bytes) -> ClientRequest:
         chars = len(prompt) * 4
         facts = RequestFacts(max_tokens_set=max_set, json_mode=False, json_schema=None, tools={})
         return ClientRequest(
-            "completions", body, model, stream, facts, text, chars, max_tokens=max_tokens
+            kind="completions",
+            body=body,
+            model=model,
+            stream=stream,
+            facts=facts,
+            cue_text=text,
+            prompt_chars=chars,
+            max_tokens=max_tokens,
         )
     else:
         raise _type("prompt", "a string, an array of strings or an array of token ids", prompt)
     facts = RequestFacts(max_tokens_set=max_set, json_mode=False, json_schema=None, tools={})
     affinity = _affinity(text[:256])
     return ClientRequest(
-        "completions", body, model, stream, facts, text, len(text), affinity, max_tokens
+        kind="completions",
+        body=body,
+        model=model,
+        stream=stream,
+        facts=facts,
+        cue_text=text,
+        prompt_chars=len(text),
+        affinity=affinity,
+        max_tokens=max_tokens,
     )

@@ -36,7 +36,7 @@ H_TIER = "x-gateway-tier"
 H_SESSION = "x-session-id"  # keeps a client on one arm of a canary split
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Classification:
     task: str
     task_source: str  # header | tools | json | cue "..." | model 0.93 | uncertain x 0.41 | default
@@ -171,21 +171,21 @@ class Classifier:
         if self._rule_headers:
             hdrs = tuple((n, v) for n in self._rule_headers if (v := headers.get(n)) is not None)
         return Classification(
-            task,
-            task_source,
-            sla,
-            sla_source,
-            tier_hint,
-            hint_source,
-            req.model,
-            has_tools,
-            req.stream,
-            req.prompt_tokens,
-            hdrs,
-            req.max_tokens,
-            scores,
-            _sticky(req, headers),
-            req.affinity,
+            task=task,
+            task_source=task_source,
+            sla=sla,
+            sla_source=sla_source,
+            tier_hint=tier_hint,
+            hint_source=hint_source,
+            model=req.model,
+            has_tools=has_tools,
+            stream=req.stream,
+            prompt_tokens=req.prompt_tokens,
+            headers=hdrs,
+            max_tokens=req.max_tokens,
+            scores=scores,
+            sticky=_sticky(req, headers),
+            affinity=req.affinity,
         )
 
     def _tier_hint(self, model: str, header: str | None) -> tuple[str | None, str | None]:

@@ -21,7 +21,7 @@ from gateway.rules.schema import Route, Rule, Rules, When
 from gateway.tenancy.tenants import OPEN, Effective
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RouteDecision:
     rule: str
     tiers: tuple[str, ...]
@@ -131,17 +131,17 @@ class Router:
             tiers = chain[-1:]
         sla = self._rules.sla_classes[c.sla]
         return RouteDecision(
-            name,
-            tiers,
-            checks,
-            sla.deadline,
-            sla.ttft_budget,
-            " ".join(why),
-            c,
-            rule.hold_back,
-            rule.on_last_failure,
-            rule.hedge_after,
-            arm,
+            rule=name,
+            tiers=tiers,
+            checks=checks,
+            deadline=sla.deadline,
+            ttft_budget=sla.ttft_budget,
+            reason=" ".join(why),
+            cls=c,
+            hold_back=rule.hold_back,
+            on_last_failure=rule.on_last_failure,
+            hedge_after=rule.hedge_after,
+            arm=arm,
         )
 
 

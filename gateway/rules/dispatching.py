@@ -11,7 +11,7 @@ from gateway.rules.base import Strict
 
 class Dispatch(Strict):
     backoff_initial: float = Field(default=0.02, ge=0, description="s before retrying a tier")
-    backoff_max: float = Field(default=0.5, ge=0)
+    backoff_max: float = Field(default=0.5, ge=0, description="s: the longest wait before a retry")
     backoff_jitter: float = Field(default=0.02, ge=0)
     same_tier_retries: int = Field(
         default=1, ge=0, le=3, description="retries of a tier after a reset, 500, 502, 503, 429"

@@ -1,18 +1,18 @@
 """``POST /v1/chat/completions`` and ``/v1/completions``: the OpenAI wire format in and out.
 
-Thin on purpose: take the runtime snapshot once, authenticate, parse, classify, route,
-admit, hand the call to the dispatcher, then write its answer (JSON, or the relayed
-stream) with the headers that explain it. Every error leaves as an OpenAI envelope.
+Thin on purpose: take the runtime snapshot once, authenticate, parse, route (classify and
+decide), admit, hand the request to the dispatcher (:meth:`Dispatcher.serve`, its one
+entry point), then write its answer (JSON, or the relayed stream) with the headers that
+explain it. Every error leaves as an OpenAI envelope.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
-import time
 import zlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 import orjson
@@ -20,6 +20,7 @@ from aiohttp import web
 from opentelemetry import trace
 
 from gateway.access.guard import rate_headers
+from gateway.dispatch.fallback import reason
 from gateway.dispatch.outcome import Outcome
 from gateway.dispatch.relay import Sink, StreamRelay
 from gateway.dispatch.shadow import Served, answer_text
@@ -36,15 +37,13 @@ from gateway.errors import (
 )
 from gateway.headers import H_REQUEST_ID, H_SHOULD_RETRY
 from gateway.request.model import ClientRequest, parse_chat, parse_completion
-from gateway.routing.router import RouteDecision
 from gateway.server.budgets import priced_route
 from gateway.server.exchange import Exchange
 from gateway.server.replies import JSON, error_response, new_id, request_id
 from gateway.server.state import GATEWAY, Gateway, Runtime
 from gateway.settings import Settings
-from gateway.tenancy.limits import NO_RESERVE, Reserve
-from gateway.upstream.scheduler import Ticket
-from gateway.upstream.transport import AttemptError
+from gateway.tenancy.limits import NO_RESERVE
+from gateway.upstream.failures import ClientRejected
 
 log = logging.getLogger("gateway.server")
 Parse = Callable[[bytes], ClientRequest]
@@ -59,63 +58,78 @@ class Wire(Protocol):
     def sink(self, resp: web.StreamResponse) -> Sink: ...
 
 
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """What one completion route speaks: how its body is parsed, the operation's name (in
+    the span, the metrics and the access log), and how its answers leave (``wire``; None:
+    as the engine wrote them)."""
+
+    parse: Parse
+    kind: str
+    wire: Wire | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Turn:
+    """One request on its way through this handler: what each of its steps needs."""
+
+    request: web.Request
+    gw: Gateway
+    rt: Runtime  # the one snapshot this request uses, whatever is published meanwhile
+    ep: Endpoint
+    ex: Exchange
+
+
 _ENCODINGS = frozenset(("", "identity", "gzip", "deflate", "x-gzip"))
+CHAT = Endpoint(parse_chat, "chat")
+TEXT = Endpoint(parse_completion, "text_completion")
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
-    return await handle(request, parse_chat, "chat")
+    return await handle(request, CHAT)
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
-    return await handle(request, parse_completion, "text_completion")
+    return await handle(request, TEXT)
 
 
-async def handle(
-    request: web.Request, parse: Parse, kind: str, wire: Wire | None = None
-) -> web.StreamResponse:
-    """Serve one completion request; ``wire`` translates its answer (None: as it is)."""
+async def handle(request: web.Request, ep: Endpoint) -> web.StreamResponse:
+    """Serve one completion request as ``ep`` speaks it."""
     gw = request.app[GATEWAY]
-    rt = gw.runtime  # the one snapshot this request uses, whatever is published meanwhile
-    ex = Exchange(request_id(request), kind)
-    rt.pools.acquire()
-    with gw.telemetry.span(kind, {"gateway.request_id": ex.rid}, trace.SpanKind.SERVER) as span:
-        try:
-            return await _serve(request, gw, rt, (parse, wire), ex)
-        finally:
-            rt.pools.release()
-            gw.telemetry.record(ex.record())
-            if gw.telemetry.tracing:
-                ex.annotate(span)
+    t = _Turn(request, gw, gw.runtime, ep, Exchange(request_id(request), ep.kind))
+    with t.rt.in_use():
+        attrs = {"gateway.request_id": t.ex.rid}
+        with gw.telemetry.span(ep.kind, attrs, trace.SpanKind.SERVER) as span:
+            try:
+                return await _serve(t)
+            finally:
+                gw.telemetry.record(t.ex.record())
+                if gw.telemetry.tracing:
+                    t.ex.annotate(span)
 
 
-async def _serve(
-    request: web.Request, gw: Gateway, rt: Runtime, how: tuple[Parse, Wire | None], ex: Exchange
-) -> web.StreamResponse:
-    parse, wire = how
+async def _serve(t: _Turn) -> web.StreamResponse:
+    gw, rt, ex = t.gw, t.rt, t.ex
     try:
-        eff = ex.eff = await gw.access.authenticate(request.headers.get("Authorization"))
-        req = parse(await read_body(request, gw.settings))
-        d = ex.d = rt.router.decide(
-            rt.classifier.classify(req, request.headers), rt.pools.health(), eff
-        )
+        eff = ex.eff = await gw.access.authenticate(t.request.headers.get("Authorization"))
+        req = t.ep.parse(await read_body(t.request, gw.settings))
+        d = ex.d = rt.route(req, t.request.headers, eff)
         if eff.policy.cost_budget is not None:  # only tiers whose answers can be priced
             d = ex.d = priced_route(d, rt.pools)
         slot = new_id("adm_")  # the in-flight member: ours, never the client's
-        want = _worst_case(rt, d, req, gw.settings) if eff.policy.has_budget else NO_RESERVE
+        want = NO_RESERVE
+        if eff.policy.has_budget:
+            want = rt.dispatcher.worst_case(req, d, gw.settings.reserve_max_tokens)
         ex.admission = await gw.access.admit(eff, slot, want)
         ex.slot = slot
-        p = eff.policy
-        ticket = Ticket.of(eff.tenant_id, d.cls.sla, p.priority_shift or 0, p.share_weight or 1)
-        call = rt.dispatcher.call(req, d, time.monotonic() + d.deadline, ticket)
-        if req.stream:
-            ex.stream = True
-            relay = await rt.dispatcher.stream(call)
-            return await _relay(request, gw, (rt, wire), ex, relay)
-        out = await rt.dispatcher.complete(call)
+        ex.stream = req.stream
+        out = await rt.dispatcher.serve(req, d, eff)
+        if isinstance(out, StreamRelay):
+            return await _relay(t, out)
     except GatewayError as e:
         return _failed(gw, ex, e)
-    except AttemptError as e:  # the engine refused the request itself: relay its answer
-        ex.status, ex.error = e.status or 400, e.kind
+    except ClientRejected as e:  # the engine refused the request itself: relay its answer
+        ex.status, ex.error = e.status, reason(e)
         _account(gw, ex)
         headers = {H_REQUEST_ID: ex.rid, **ex.headers()}
         return web.Response(status=ex.status, body=e.body, content_type=JSON, headers=headers)
@@ -123,21 +137,10 @@ async def _serve(
         ex.status, ex.error = (499, "client_closed") if _cancelled(e) else (500, "internal_error")
         _account(gw, ex)
         raise
-    resp = await _answer(gw, rt, ex, req, out)
-    if wire is not None:
-        resp.body = wire.answer(out.body)
+    resp = await _answer(t, req, out)
+    if t.ep.wire is not None:
+        resp.body = t.ep.wire.answer(out.body)
     return resp
-
-
-def _worst_case(rt: Runtime, d: RouteDecision, req: ClientRequest, settings: Settings) -> Reserve:
-    """What the request may use at most: its prompt and ``max_tokens`` (or the configured
-    default) for each choice, at the dearest tier of its chain."""
-    c = d.cls
-    n = req.body.get("n")
-    out = (c.max_tokens or settings.reserve_max_tokens) * (n if isinstance(n, int) and n > 1 else 1)
-    usage = {"prompt_tokens": c.prompt_tokens, "completion_tokens": out}
-    usd = max((rt.pools[t].cost(usage) or 0.0 for t in d.tiers if t in rt.pools), default=0.0)
-    return Reserve(c.prompt_tokens + out, math.ceil(usd * 1e6))
 
 
 def _cancelled(e: BaseException) -> bool:
@@ -155,18 +158,11 @@ def _failed(gw: Gateway, ex: Exchange, e: GatewayError) -> web.Response:
     return error_response(e, ex.rid, extra)
 
 
-async def _answer(
-    gw: Gateway, rt: Runtime, ex: Exchange, req: ClientRequest, out: Outcome
-) -> web.Response:
-    ex.trail, ex.tier = out.trail, out.tier
-    # an engine that reports no usage is charged an estimate, never nothing
-    ex.usage = out.usage or {
-        "prompt_tokens": req.prompt_tokens,
-        "completion_tokens": len(out.body) // 4,
-    }
-    ex.cost = rt.pools[out.tier].cost(ex.usage)
+async def _answer(t: _Turn, req: ClientRequest, out: Outcome) -> web.Response:
+    gw, ex = t.gw, t.ex
+    ex.trail, ex.tier, ex.usage, ex.cost = out.trail, out.tier, out.usage, out.cost
     if ex.eff is not None:
-        _maybe_shadow(gw, rt, ex, req, lambda: answer_text(req.kind, orjson.loads(out.body)))
+        _maybe_shadow(t, req, lambda: answer_text(req.kind, orjson.loads(out.body)))
     headers = ex.headers()
     headers[H_REQUEST_ID] = ex.rid
     if ex.admission is not None and ex.eff is not None and ex.eff.tenant_id is not None:
@@ -179,14 +175,8 @@ async def _answer(
     return web.Response(body=out.body, content_type=JSON, headers=headers)
 
 
-async def _relay(
-    request: web.Request,
-    gw: Gateway,
-    rtw: tuple[Runtime, Wire | None],
-    ex: Exchange,
-    relay: StreamRelay,
-) -> web.StreamResponse:
-    rt, wire = rtw
+async def _relay(t: _Turn, relay: StreamRelay) -> web.StreamResponse:
+    gw, ex, wire = t.gw, t.ex, t.ep.wire
     ex.trail, ex.tier = relay.trail, relay.tier
     headers = ex.headers()
     headers[H_REQUEST_ID] = ex.rid
@@ -196,7 +186,7 @@ async def _relay(
     resp = web.StreamResponse(headers=headers)
     resp.content_type = "text/event-stream"
     try:
-        await resp.prepare(request)
+        await resp.prepare(t.request)
     except BaseException:
         relay.abandon()
         _account(gw, ex)
@@ -205,14 +195,12 @@ async def _relay(
     try:
         await _drive(relay, resp if wire is None else wire.sink(resp), ex)
     finally:
-        ex.tier, ex.usage, ex.cost = relay.tier, relay.usage(), relay.cost()
-        if not ex.usage.get("prompt_tokens"):  # cut short before the engine said: estimate
-            ex.usage = {**ex.usage, "prompt_tokens": relay.call.req.prompt_tokens}
-            ex.cost = rt.pools[ex.tier].cost(ex.usage) if ex.tier in rt.pools else ex.cost
+        ex.tier = relay.tier
+        ex.usage, ex.cost = relay.charged()
         if relay.broken:
             ex.error = "stream_broken"
         else:
-            _maybe_shadow(gw, rt, ex, relay.call.req, relay.start.state.text)
+            _maybe_shadow(t, relay.call.req, relay.start.state.text)
         _account(gw, ex)
     return resp
 
@@ -236,15 +224,14 @@ async def _drive(relay: StreamRelay, resp: Sink, ex: Exchange) -> None:
             pass
 
 
-def _maybe_shadow(
-    gw: Gateway, rt: Runtime, ex: Exchange, req: ClientRequest, text: Callable[[], str]
-) -> None:
+def _maybe_shadow(t: _Turn, req: ClientRequest, text: Callable[[], str]) -> None:
+    ex, rt = t.ex, t.rt
     eff, d = ex.eff, ex.d
     if eff is None or d is None:
         return
     against = rt.shadow.wanted(eff.policy.shadow_rate, d, ex.tier)
     if against is not None:
-        gw.spawn(
+        t.gw.spawn(
             rt.shadow.compare(
                 req, dict(req.body), d, Served(ex.tier, text()), against, eff.tenant_id
             )
@@ -258,8 +245,8 @@ def _account(gw: Gateway, ex: Exchange) -> asyncio.Task[None] | None:
     ex.slot = None  # once: every exit path calls this
     if slot is None or eff is None or eff.tenant_id is None:
         return None
-    reason = ex.trail.fallback_kind if ex.trail is not None else ex.error
-    return gw.spawn(gw.access.done(eff, slot, ex.tier, ex.usage, reason, ex.cost))
+    why = ex.trail.fallback_reason if ex.trail is not None else ex.error
+    return gw.spawn(gw.access.done(eff, slot, ex.tier, ex.usage, why, ex.cost))
 
 
 async def read_body(request: web.Request, settings: Settings) -> bytes:

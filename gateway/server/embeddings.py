@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from gateway.dispatch.fallback import reason, verdict
 from gateway.dispatch.outcome import Failure, Trail, describe_fallback
 from gateway.errors import (
     GatewayError,
@@ -32,8 +33,8 @@ from gateway.server.exchange import Exchange
 from gateway.server.replies import JSON, error_response, new_id, request_id
 from gateway.server.state import GATEWAY, Runtime
 from gateway.tenancy.tenants import Effective
+from gateway.upstream.failures import AttemptFailed, ClientRejected, TierUnavailable
 from gateway.upstream.scheduler import ANYONE, Ticket
-from gateway.upstream.transport import AttemptError
 
 _DEADLINE_S = 60.0  # embeddings are short; the whole request, every tier tried
 
@@ -43,15 +44,14 @@ async def embeddings(request: web.Request) -> web.Response:
     rt = gw.runtime
     ex = Exchange(request_id(request), "embeddings")
     ex.trail = Trail()
-    rt.pools.acquire()
-    try:
-        return await _serve(request, rt, ex)
-    finally:
-        rt.pools.release()
-        gw.telemetry.record(ex.record())
-        eff, slot = ex.eff, ex.slot
-        if slot is not None and eff is not None and eff.tenant_id is not None:
-            gw.spawn(gw.access.done(eff, slot, ex.tier, ex.usage, ex.error, ex.cost))
+    with rt.in_use():
+        try:
+            return await _serve(request, rt, ex)
+        finally:
+            gw.telemetry.record(ex.record())
+            eff, slot = ex.eff, ex.slot
+            if slot is not None and eff is not None and eff.tenant_id is not None:
+                gw.spawn(gw.access.done(eff, slot, ex.tier, ex.usage, ex.error, ex.cost))
 
 
 async def _serve(request: web.Request, rt: Runtime, ex: Exchange) -> web.Response:
@@ -75,8 +75,8 @@ async def _serve(request: web.Request, rt: Runtime, ex: Exchange) -> web.Respons
     except GatewayError as e:
         ex.status, ex.error = e.status, e.code
         return error_response(e, ex.rid, _explain(ex))
-    except AttemptError as e:  # the engine refused the request itself: its answer, relayed
-        ex.status, ex.error = e.status or 400, e.kind
+    except ClientRejected as e:  # the engine refused the request itself: its answer, relayed
+        ex.status, ex.error = e.status, reason(e)
         headers = {H_REQUEST_ID: ex.rid, **_explain(ex)}
         return web.Response(status=ex.status, body=e.body, content_type=JSON, headers=headers)
     headers = {H_REQUEST_ID: ex.rid, H_TIER: ex.tier, **_explain(ex)}
@@ -113,13 +113,13 @@ async def _send(
 ) -> tuple[str, bytes]:
     deadline = time.monotonic() + _DEADLINE_S
     trail = ex.trail or Trail()
-    last: AttemptError | None = None
+    last: AttemptFailed | None = None
     for tier in tiers:
         pool = rt.pools[tier]
         left = deadline - time.monotonic()
         if left <= 0 or not pool.available(time.monotonic()):
             trail.failures.append(
-                Failure(tier, "unavailable", "circuit open or no replica up", False)
+                Failure.of(tier, TierUnavailable("circuit open or no replica up"))
             )
             continue
         payload = orjson.dumps({**body, "model": pool.model})
@@ -130,11 +130,11 @@ async def _send(
             trail.queue_s += queued
             t0 = time.perf_counter()
             answer = await pool.post(rep, "/v1/embeddings", payload, pool.limits(left, False))
-        except AttemptError as e:
-            if not e.retryable:
+        except AttemptFailed as e:
+            if not verdict(e).next_tier:
                 raise
             pool.record(False)
-            trail.failures.append(Failure(tier, e.kind, e.detail, e.timeout))
+            trail.failures.append(Failure.of(tier, e))
             last = e
             continue
         finally:
@@ -145,7 +145,8 @@ async def _send(
         pool.record(True)
         return tier, answer
     msg = "Every embedding tier failed: " + "; ".join(f.short() for f in trail.failures) + "."
-    raise (UpstreamTimeout(msg) if last is not None and last.timeout else UpstreamFailed(msg))
+    timeout = last is not None and verdict(last).timeout
+    raise UpstreamTimeout(msg) if timeout else UpstreamFailed(msg)
 
 
 def _ticket(ex: Exchange) -> Ticket:

@@ -24,6 +24,7 @@ from gateway.headers import (
     H_TIER,
 )
 from gateway.routing.router import RouteDecision
+from gateway.telemetry.record import AttemptRecord, RequestRecord
 from gateway.telemetry.recorder import (
     A_SLA,
     A_STATUS,
@@ -34,7 +35,6 @@ from gateway.telemetry.recorder import (
     S_OPERATION,
     S_OUT_TOKENS,
     S_REQ_MODEL,
-    RequestRecord,
 )
 from gateway.tenancy.limits import Admission
 from gateway.tenancy.tenants import Effective
@@ -109,27 +109,28 @@ class Exchange:
         # a stream's live phase is the engine's pace: its overhead ends at the first byte
         end = self.first_byte if self.stream and self.first_byte is not None else now
         u = self.usage or {}
+        fails = t.failures if t else []
         return RequestRecord(
-            self.rid,
-            self.kind,
-            self.status,
-            now - self.t0,
-            self._overhead(end),
-            self.tier,
-            d.cls.task if d else "unknown",
-            d.cls.sla if d else "unknown",
-            self.eff.tenant_id if self.eff else None,
-            self.stream,
-            d.rule if d else "",
-            (self.first_byte - self.t0) if self.first_byte is not None else None,
-            int(u.get("prompt_tokens") or 0),
-            int(u.get("completion_tokens") or 0),
-            [(f.tier, f.kind, f.seconds) for f in t.failures] if t else [],
-            t.ok_attempt_s if t else None,
-            self.error,
-            self.cost,
-            (d.arm or "none") if d else "none",
-            t.queue_s if t else 0.0,
+            request_id=self.rid,
+            kind=self.kind,
+            status=self.status,
+            latency_s=now - self.t0,
+            overhead_s=self._overhead(end),
+            tier=self.tier,
+            task=d.cls.task if d else "unknown",
+            sla=d.cls.sla if d else "unknown",
+            tenant=self.eff.tenant_id if self.eff else None,
+            stream=self.stream,
+            rule=d.rule if d else "",
+            ttft_s=(self.first_byte - self.t0) if self.first_byte is not None else None,
+            prompt_tokens=int(u.get("prompt_tokens") or 0),
+            completion_tokens=int(u.get("completion_tokens") or 0),
+            failures=tuple(AttemptRecord(f.tier, f.reason, f.seconds, f.check) for f in fails),
+            ok_attempt_s=t.ok_attempt_s if t else None,
+            error_code=self.error,
+            cost_usd=self.cost,
+            arm=(d.arm or "none") if d else "none",
+            queue_s=t.queue_s if t else 0.0,
         )
 
     def annotate(self, span: trace.Span) -> None:
@@ -144,7 +145,7 @@ class Exchange:
         if self.eff is not None and self.eff.tenant_id:
             attrs[A_TENANT] = self.eff.tenant_id
         if self.trail is not None and self.trail.failures:
-            attrs["gateway.fallback_reason"] = self.trail.failures[0].kind
+            attrs["gateway.fallback_reason"] = self.trail.failures[0].reason
         if self.trail is not None and self.trail.backoff_s:
             attrs["gateway.backoff_ms"] = self.trail.backoff_s * 1000
         if self.trail is not None and self.trail.hedge:

@@ -19,7 +19,7 @@ from aiohttp import web
 
 from gateway.dispatch.relay import Sink
 from gateway.request.model import ClientRequest, decode_body, parse_chat
-from gateway.server.completions import handle
+from gateway.server.completions import Endpoint, handle
 from gateway.server.responses_format import to_chat, to_response
 from gateway.server.responses_stream import ResponsesSink
 
@@ -47,4 +47,4 @@ class _ResponsesWire:
 
 async def responses(request: web.Request) -> web.StreamResponse:
     wire = _ResponsesWire()
-    return await handle(request, wire.parse, "responses", wire)
+    return await handle(request, Endpoint(wire.parse, "responses", wire))

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -26,8 +26,9 @@ from gateway.access.guard import Access
 from gateway.checks.registry import build_checks
 from gateway.dispatch.attempts import Dispatcher
 from gateway.dispatch.shadow import Shadow
+from gateway.request.model import ClientRequest
 from gateway.routing.classify import Classifier
-from gateway.routing.router import Router
+from gateway.routing.router import RouteDecision, Router
 from gateway.rules.control import RulesControl
 from gateway.rules.schema import Rules
 from gateway.settings import Settings
@@ -36,13 +37,14 @@ from gateway.store.memory_store import MemoryStore
 from gateway.store.redis_store import RedisStore
 from gateway.telemetry.merge import merge, read_snapshots, write_snapshot
 from gateway.telemetry.recorder import Telemetry
+from gateway.tenancy.tenants import Effective
 from gateway.upstream.capabilities import say_lacks
 from gateway.upstream.pools import Pools, TransportFactory
 
 log = logging.getLogger("gateway")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Runtime:
     """Everything a request needs that the rules decide, frozen together."""
 
@@ -53,6 +55,32 @@ class Runtime:
     dispatcher: Dispatcher
     shadow: Shadow
     models_body: bytes
+
+    def route(
+        self, req: ClientRequest, headers: Mapping[str, str], eff: Effective
+    ) -> RouteDecision:
+        """Classify the request and choose its route, with the tiers' health as of now."""
+        return self.router.decide(self.classifier.classify(req, headers), self.pools.health(), eff)
+
+    def in_use(self) -> _InUse:
+        """``with rt.in_use():`` a request uses this snapshot: its pools are closed only
+        after the request ended (a rules swap retires them)."""
+        return _InUse(self.pools)
+
+
+class _InUse:
+    """:meth:`Runtime.in_use` (a class, not a generator: it runs on every request)."""
+
+    __slots__ = ("_pools",)
+
+    def __init__(self, pools: Pools):
+        self._pools = pools
+
+    def __enter__(self) -> None:
+        self._pools.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._pools.release()
 
 
 @dataclass(slots=True)
@@ -194,13 +222,13 @@ def _runtime(rules: Rules, pools: Pools, tel: Telemetry, store: Store | None) ->
     )
     served = pools.served()
     return Runtime(
-        rules,
-        Classifier(rules, served),
-        Router(rules),
-        pools,
-        dispatcher,
-        Shadow(pools, store, tel),
-        _models_body(rules, served),
+        rules=rules,
+        classifier=Classifier(rules, served),
+        router=Router(rules),
+        pools=pools,
+        dispatcher=dispatcher,
+        shadow=Shadow(pools, store, tel),
+        models_body=_models_body(rules, served),
     )
 
 

@@ -1,6 +1,7 @@
 """Traces, metrics and the access log, off the request's critical path.
 
 * ``recorder``    :class:`Telemetry`: spans, metrics, the access log; names as constants
+* ``record``      what one request leaves for them (:class:`RequestRecord`)
 * ``histograms``  the gateway's own histograms; ``merge``: one ``/metrics`` for all workers
 """
 

@@ -10,7 +10,8 @@
 * **Traces** follow the OpenTelemetry GenAI semantic conventions where they exist
   (``gen_ai.*``) and ``gateway.*`` otherwise: one span per request, a child span per
   attempt and per check. With no OTLP endpoint the tracer is the API's no-op tracer.
-* **Logs** are JSON lines with the request id; prompts and keys are never logged.
+* **Logs** are JSON lines with the request id; prompts and keys are never logged. What a
+  request leaves for all three is one :class:`~gateway.telemetry.record.RequestRecord`.
 
 Metric and attribute names live here, as constants.
 """
@@ -24,7 +25,6 @@ import sys
 import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -38,6 +38,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from gateway.checks.base import Check, CheckResult, Output, RequestFacts, run_checks
 from gateway.telemetry.histograms import Histogram, HistogramCollector
+from gateway.telemetry.record import RequestRecord, access_fields
 
 # -- names -------------------------------------------------------------------------------------
 M_REQUESTS = "gateway_requests"
@@ -118,30 +119,6 @@ access_log = logging.getLogger("gateway.access")
 _NO_SPAN: AbstractContextManager[trace.Span] = contextlib.nullcontext(trace.INVALID_SPAN)
 _Sums = dict[tuple[Any, tuple[tuple[str, str], ...]], float]
 _BASE = (A_TIER, A_TASK, A_SLA, A_TENANT, A_ARM)
-
-
-@dataclass(slots=True)
-class RequestRecord:
-    request_id: str
-    kind: str  # chat | completions
-    status: int
-    latency_s: float
-    overhead_s: float
-    tier: str = "none"
-    task: str = "unknown"
-    sla: str = "unknown"
-    tenant: str | None = None
-    stream: bool = False
-    rule: str = ""
-    ttft_s: float | None = None
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    failures: list[tuple[str, str, float]] = field(default_factory=list)  # tier, kind, secs
-    ok_attempt_s: float | None = None
-    error_code: str | None = None
-    cost_usd: float | None = None
-    arm: str = "none"
-    queue_s: float = 0.0  # waited in the gateway's queue for a free engine slot
 
 
 class Telemetry:
@@ -245,9 +222,9 @@ class Telemetry:
     def _one(self, rec: RequestRecord, sums: _Sums) -> None:
         self._record(rec, sums)
         if access_log.isEnabledFor(logging.INFO):
-            access_log.info("request", extra={"fields": _access_fields(rec)})
+            access_log.info("request", extra={"fields": access_fields(rec)})
         elif rec.failures or rec.status >= 500 or rec.error_code:
-            access_log.warning("request", extra={"fields": _access_fields(rec)})
+            access_log.warning("request", extra={"fields": access_fields(rec)})
 
     @staticmethod
     def _add(sums: _Sums) -> None:
@@ -299,11 +276,11 @@ class Telemetry:
             count(self.tokens, r.completion_tokens, *base, (A_DIRECTION, "out"))
         if r.cost_usd:
             count(self.cost, r.cost_usd, *base)
-        for tier, kind, secs in r.failures:
-            count(self.fallbacks, 1, (A_TIER, tier), (A_REASON, kind), (A_TASK, r.task))
-            self.attempt.record(secs, (tier, kind))
-            if kind.startswith("check_"):
-                count(self.check_failures, 1, (A_CHECK, kind[6:]), (A_TIER, tier))
+        for f in r.failures:
+            count(self.fallbacks, 1, (A_TIER, f.tier), (A_REASON, f.reason), (A_TASK, r.task))
+            self.attempt.record(f.seconds, (f.tier, f.reason))
+            if f.check is not None:
+                count(self.check_failures, 1, (A_CHECK, f.check), (A_TIER, f.tier))
         if r.ok_attempt_s is not None and r.ttft_s is None:
             # a non-streamed answer's whole attempt; a stream's is its first token (TTFT)
             self.attempt.record(r.ok_attempt_s, (r.tier, "ok"))
@@ -364,38 +341,6 @@ def _otlp_tracer(endpoint: str, resource: Resource) -> Any:
         BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint.rstrip("/") + "/v1/traces"))
     )
     return provider
-
-
-def _access_fields(r: RequestRecord) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "request_id": r.request_id,
-        "status": r.status,
-        "kind": r.kind,
-        "stream": r.stream,
-        "tier": r.tier,
-        "task": r.task,
-        "sla": r.sla,
-        "rule": r.rule,
-        "latency_ms": round(r.latency_s * 1000, 3),
-        "overhead_ms": round(r.overhead_s * 1000, 3),
-        "prompt_tokens": r.prompt_tokens,
-        "completion_tokens": r.completion_tokens,
-    }
-    if r.tenant:
-        out["tenant"] = r.tenant
-    if r.arm != "none":
-        out["arm"] = r.arm
-    if r.ttft_s is not None:
-        out["ttft_ms"] = round(r.ttft_s * 1000, 3)
-    if r.failures:
-        out["fallbacks"] = [f"{t}:{k}" for t, k, _ in r.failures]
-    if r.error_code:
-        out["error"] = r.error_code
-    if r.cost_usd is not None:
-        out["cost_usd"] = round(r.cost_usd, 9)
-    if r.queue_s:
-        out["queue_ms"] = round(r.queue_s * 1000, 3)
-    return out
 
 
 class JsonFormatter(logging.Formatter):

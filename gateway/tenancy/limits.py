@@ -53,7 +53,7 @@ class Hold:
     local: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Admission:
     ok: bool
     denied: Denied | None = None
@@ -81,7 +81,7 @@ def period_ttl(period: str) -> int:
     return 2 * 86400 if len(period) == 8 else 40 * 86400
 
 
-ALLOW = Admission(True)
+ALLOW = Admission(ok=True)
 
 
 def budget_period(period: str, now: float) -> str:
@@ -192,13 +192,13 @@ def admission_from_lua(res: list[object], p: Policy) -> Admission:
     denied = res[1].decode() if isinstance(res[1], bytes) else str(res[1])
     rt, tt = int(res[3]), int(res[4])  # type: ignore[call-overload]
     return Admission(
-        ok,
-        None if ok else denied,  # type: ignore[arg-type]
-        int(res[2]) / 1000,  # type: ignore[call-overload]
-        p.requests_per_minute,
-        rt if rt >= 0 else None,
-        p.tokens_per_minute,
-        tt if tt >= 0 else None,
+        ok=ok,
+        denied=None if ok else denied,  # type: ignore[arg-type]
+        retry_after_s=int(res[2]) / 1000,  # type: ignore[call-overload]
+        limit_requests=p.requests_per_minute,
+        remaining_requests=rt if rt >= 0 else None,
+        limit_tokens=p.tokens_per_minute,
+        remaining_tokens=tt if tt >= 0 else None,
     )
 
 
@@ -236,42 +236,52 @@ class LocalLimiter:
         if p.token_budget is not None:
             key = f"{tenant}:{budget_period(p.token_budget.period, now)}"
             if self._used.get(key, 0) >= p.token_budget.tokens:
-                return Admission(False, "budget")
+                return Admission(ok=False, denied="budget")
         if p.cost_budget is not None:
             key = f"{tenant}:{budget_period(p.cost_budget.period, now)}"
             if self._spent.get(key, 0) >= p.cost_budget.usd * 1e6:
-                return Admission(False, "cost_budget")
+                return Admission(ok=False, denied="cost_budget")
         rt = tt = None
         if p.requests_per_minute:
             cap = p.requests_per_minute
             b = self._rpm.setdefault(tenant, _Bucket(cap, now))
             rt = b.level(cap, now)
             if rt < 1:
-                return Admission(False, "requests", (1 - rt) * 60 / cap, cap, 0)
+                return Admission(
+                    ok=False,
+                    denied="requests",
+                    retry_after_s=(1 - rt) * 60 / cap,
+                    limit_requests=cap,
+                    remaining_requests=0,
+                )
         if p.tokens_per_minute:
             cap = p.tokens_per_minute
             tb = self._tpm.setdefault(tenant, _Bucket(cap, now))
             tt = tb.level(cap, now)
             if tt <= 0:
-                return Admission(False, "tokens", (1 - tt) * 60 / cap, None, None, cap, 0)
+                return Admission(
+                    ok=False,
+                    denied="tokens",
+                    retry_after_s=(1 - tt) * 60 / cap,
+                    limit_tokens=cap,
+                    remaining_tokens=0,
+                )
         if p.max_concurrent_requests:
             slots = self._inflight.setdefault(tenant, {})
             for r in [r for r, exp in slots.items() if exp < now]:
                 del slots[r]
             if len(slots) >= p.max_concurrent_requests:
-                return Admission(False, "concurrency", 1.0)
+                return Admission(ok=False, denied="concurrency", retry_after_s=1.0)
             slots[rid] = now + SLOT_TTL_MS / 1000
         if rt is not None:
             self._rpm[tenant].tokens = rt - 1
         return Admission(
-            True,
-            None,
-            0.0,
-            p.requests_per_minute,
-            None if rt is None else int(rt - 1),
-            p.tokens_per_minute,
-            None if tt is None else int(tt),
-            self._reserve(tenant, p, want, now),
+            ok=True,
+            limit_requests=p.requests_per_minute,
+            remaining_requests=None if rt is None else int(rt - 1),
+            limit_tokens=p.tokens_per_minute,
+            remaining_tokens=None if tt is None else int(tt),
+            hold=self._reserve(tenant, p, want, now),
         )
 
     def _reserve(self, tenant: str, p: Policy, want: Reserve, now: float) -> Hold | None:

@@ -7,10 +7,11 @@ A tier with ``provider: litellm`` and ``litellm_params`` (written as in a LiteLL
 hands back OpenAI SSE events (or JSON), so dispatch, checks, hedging, continuation and
 fallback work on it unchanged.
 
-LiteLLM's exceptions become the same :class:`AttemptError` as an engine's HTTP answers:
-429, 408, 5xx, timeouts and connection errors move on to the next tier; the request's
-own faults (400, 413, 422) are relayed to the client as OpenAI error envelopes. A 401,
-403 or 404 is the tier's configuration, not the request: the next tier is tried.
+LiteLLM's exceptions become the same failure types (:mod:`gateway.upstream.failures`)
+as an engine's HTTP answers: 429, 408, 5xx, timeouts and connection errors move on to
+the next tier; the request's own faults (400, 413, 422) are relayed to the client as
+OpenAI error envelopes. A 401, 403 or 404 is the tier's configuration, not the request
+(:class:`TierRefused`): the next tier is tried.
 
 LiteLLM is imported only when a tier uses it (an import takes seconds), with its model
 price map read from the copy it ships (no download). Client fields pass through an
@@ -31,7 +32,18 @@ from typing import Any
 import orjson
 
 from gateway.settings import env_reference, litellm_offline
-from gateway.upstream.transport import AttemptError, Timeouts, UpstreamStream, short, status_error
+from gateway.upstream.failures import (
+    AnswerTimeout,
+    AttemptFailed,
+    ClientRejected,
+    ProviderError,
+    Stall,
+    StreamCut,
+    TierMisconfigured,
+    TierRefused,
+    status_error,
+)
+from gateway.upstream.transport import Timeouts, UpstreamStream, short
 
 log = logging.getLogger("gateway.upstream.litellm")
 
@@ -129,7 +141,7 @@ class LiteLLMTransport:
         self, url: str, body: bytes, limits: Timeouts, stream: bool = True
     ) -> UpstreamStream:
         if self._missing:
-            raise AttemptError("config", f"environment variable {self._missing[0]} is not set")
+            raise TierMisconfigured(f"environment variable {self._missing[0]} is not set")
         req = orjson.loads(body)
         kwargs = {k: v for k, v in req.items() if k in _CLIENT_FIELDS}
         kwargs.update(self._params, stream=stream, timeout=limits.total)
@@ -171,19 +183,20 @@ def _trim_prefill(kwargs: dict[str, Any]) -> bool:
     return True
 
 
-def as_attempt_error(e: Exception) -> AttemptError:
-    """A LiteLLM exception as the dispatcher's :class:`AttemptError`."""
+def as_attempt_error(e: Exception) -> AttemptFailed:
+    """A LiteLLM exception as its type of :mod:`gateway.upstream.failures`."""
     status = getattr(e, "status_code", None)
     name = type(e).__name__
     message = str(getattr(e, "message", "") or e)
     if name == "Timeout" or isinstance(e, TimeoutError):
-        return AttemptError("timeout", short(e), timeout=True)
+        return AnswerTimeout(short(e))
     if name == "APIConnectionError" or not isinstance(status, int):
-        return AttemptError("upstream", f"{name}: {message}"[:160])
+        return ProviderError(f"{name}: {message}"[:160])
     if status in _TIER_FAULT:
-        return AttemptError(f"http_{status}", f"{name}: {message}"[:160], status=status)
+        return TierRefused(status, f"{name}: {message}"[:160])
     err = status_error(status, _envelope(status, message))
-    err.detail = f"{name}: {message}"[:160] if err.retryable else err.detail
+    if not isinstance(err, ClientRejected):  # (a client error keeps its short detail)
+        err.detail = f"{name}: {message}"[:160]
     return err
 
 
@@ -268,12 +281,11 @@ class _HostedStream:
             self._done = True
             return b"data: [DONE]\n\n"
         except TimeoutError:
-            raise AttemptError("stall", "no data within the stall limit", timeout=True) from None
+            raise Stall("no data within the stall limit") from None
         except asyncio.CancelledError:
             raise
         except Exception as e:
-            err = as_attempt_error(e)
-            raise AttemptError("stream_cut", err.detail) from None
+            raise StreamCut(as_attempt_error(e).detail) from None
         event = clean(chunk.model_dump())
         if self._trimmed:
             self._trimmed = not _lstrip_text(event)

@@ -1,15 +1,12 @@
-"""Upstream pools: replicas of one tier, replica choice, health and circuit breaker.
+"""Upstream pools: the replicas of one tier, their health, its circuit breaker and queue.
 
 The only module that knows upstream URLs. Each pool talks to its replicas through a
-:class:`~gateway.upstream.transport.Transport` (the real one is aiohttp; tests pass an
-in-memory one).
+:class:`~gateway.upstream.transport.Transport` (the real one is :mod:`.h1`'s client;
+tests pass an in-memory one).
 
-Replica choice: rendezvous hashing of the prompt's head with bounded load, so every
-gateway replica sends a prefix to the same engine replica (its radix/prefix cache hits)
-unless that one carries more than ``1 + affinity_slack`` times the mean load; an engine
-joining or leaving moves only its share of prefixes. Load is our own requests in flight
-plus the engine's queue as its ``/metrics`` last said (SGLang's ``sglang:num_queue_reqs``).
-Before replica choice, a request takes a slot in the pool's queue (:mod:`.scheduler`).
+A request takes a slot in the pool's queue (:mod:`.scheduler`), then a replica
+(:func:`.replicas.choose`: prefix affinity within a bounded load); consecutive upstream
+failures open the pool's circuit (:mod:`.circuit`).
 
 Health: a background probe per pool asks every replica's ``/health`` each
 ``health.interval`` seconds (and scrapes ``/metrics``); a replica that fails a probe,
@@ -23,20 +20,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import time
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from gateway.rules.schema import Tier
+from gateway.upstream.circuit import Circuit
 from gateway.upstream.discovery import ModelBook, model_ids
+from gateway.upstream.failures import AnswerTimeout, AttemptFailed, ConnectFailed
+from gateway.upstream.replicas import Replica, choose, parse_metrics
 from gateway.upstream.responses_events import RESPONSES_PATH, ResponsesAsChat
 from gateway.upstream.scheduler import Gate, Ticket
 from gateway.upstream.transport import (
-    AttemptError,
     HttpTransport,
     Timeouts,
     Transport,
@@ -53,107 +49,6 @@ log = logging.getLogger("gateway.upstream.pools")
 def _base(url: str) -> str:
     url = url.rstrip("/")
     return url[:-3] if url.endswith("/v1") else url
-
-
-_M64 = (1 << 64) - 1
-
-
-def _mix(x: int) -> int:
-    """splitmix64's finaliser: a cheap, well-spread 64-bit hash (same in every process)."""
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9 & _M64
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EB & _M64
-    return x ^ (x >> 31)
-
-
-@dataclass(slots=True)
-class Replica:
-    url: str
-    in_flight: int = 0
-    up: bool = True
-    queued: float = 0.0  # engine-side queue from its last /metrics scrape
-    running: float = 0.0
-    cache_hit_rate: float | None = None
-    last_probe: float | None = None  # monotonic time of the last probe answer
-    seed: int = 0  # its rendezvous-hash seed, from its URL
-
-    def __post_init__(self) -> None:
-        self.seed = _mix(zlib.crc32(self.url.encode()))
-
-    @property
-    def load(self) -> float:
-        return self.in_flight + self.queued
-
-    def state(self) -> dict[str, object]:
-        return {
-            "url": self.url,
-            "up": self.up,
-            "in_flight": self.in_flight,
-            "queued": self.queued,
-            "running": self.running,
-            "cache_hit_rate": self.cache_hit_rate,
-        }
-
-
-_METRICS = MappingProxyType(
-    {
-        b"sglang:num_queue_reqs": "queued",
-        b"sglang:num_running_reqs": "running",
-        b"sglang:cache_hit_rate": "cache_hit_rate",
-    }
-)
-
-
-def parse_metrics(text: bytes) -> dict[str, float]:
-    """Sum SGLang's gauges we use over their label sets (Prometheus text format)."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line.startswith(b"sglang:"):
-            continue
-        name = line.split(b"{", 1)[0].split(b" ", 1)[0]
-        key = _METRICS.get(name)
-        if key is None:
-            continue
-        try:
-            out[key] = out.get(key, 0.0) + float(line.rsplit(b" ", 1)[1])
-        except (ValueError, IndexError):
-            continue
-    return out
-
-
-@dataclass(slots=True)
-class Circuit:
-    threshold: int
-    cooldown: float
-    failures: int = 0
-    opened_at: float | None = None
-    probe_at: float | None = None  # half-open: when the one probe went out
-
-    def available(self, now: float) -> bool:
-        """Closed; or open past its cooldown (half-open) with no probe out: one request may
-        probe it. A probe that never reports (cancelled) frees the way after a cooldown."""
-        if self.opened_at is None:
-            return True
-        if now - self.opened_at < self.cooldown:
-            return False
-        return self.probe_at is None or now - self.probe_at >= self.cooldown
-
-    def begin(self, now: float) -> None:
-        """An attempt starts on this tier: on a half-open circuit, it is the probe."""
-        if self.opened_at is not None and self.available(now):
-            self.probe_at = now
-
-    @property
-    def is_open(self) -> bool:
-        return self.opened_at is not None
-
-    def success(self) -> None:
-        self.failures = 0
-        self.opened_at = self.probe_at = None
-
-    def failure(self, now: float) -> None:
-        self.failures += 1
-        if self.probe_at is not None or self.failures >= self.threshold:
-            self.opened_at, self.probe_at = now, None  # a failed probe: open again
 
 
 @dataclass(slots=True)
@@ -223,7 +118,7 @@ class Pool:
             self._settle()
 
     async def _ask_models(self, rep: Replica) -> None:
-        with contextlib.suppress(OSError, TimeoutError, AttemptError):
+        with contextlib.suppress(OSError, TimeoutError, AttemptFailed):
             status, body = await self.transport.get(
                 rep.url + "/v1/models", self.tier.health.timeout
             )
@@ -240,7 +135,7 @@ class Pool:
         try:
             status, _ = await self.transport.get(rep.url + h.path, h.timeout)
             rep.up = status == 200
-        except (OSError, TimeoutError, AttemptError):
+        except (OSError, TimeoutError, AttemptFailed):
             rep.up = False
         rep.last_probe = time.monotonic()
         if rep.up != was_up:
@@ -248,7 +143,7 @@ class Pool:
         if rep.up and self.tier.model is None:
             await self._ask_models(rep)
         if rep.up and h.metrics_path:
-            with contextlib.suppress(OSError, TimeoutError, AttemptError):
+            with contextlib.suppress(OSError, TimeoutError, AttemptFailed):
                 status, text = await self.transport.get(rep.url + h.metrics_path, h.timeout)
                 if status == 200:
                     for key, value in parse_metrics(text).items():
@@ -268,24 +163,8 @@ class Pool:
         return any(r.up for r in self.replicas)
 
     def choose(self, affinity: int) -> Replica:
-        """Rendezvous (highest random weight) hashing of the prompt's head with bounded
-        load: the highest-scoring replica whose load stays within (1 + slack) x the mean
-        (``tiers.<t>.affinity_slack``).
-        Every gateway replica ranks the engines alike for a prefix, and an engine joining
-        or leaving moves only the prefixes it wins or held."""
-        reps = self.replicas
-        if len(reps) == 1:
-            return reps[0]
-        live = [r for r in reps if r.up] or reps  # all down: try anyway, a probe may lag
-        loads = [r.in_flight + r.queued for r in live]
-        bound = math.ceil((1 + self.tier.affinity_slack) * (sum(loads) + 1) / len(live))
-        best, best_score = None, -1
-        for r, load in zip(live, loads, strict=True):
-            x = (affinity ^ r.seed) * 0x9E3779B97F4A7C15 & _M64  # r.seed is well mixed already
-            score = x ^ (x >> 29)
-            if score > best_score and load + 1 <= bound:
-                best, best_score = r, score
-        return best or min(live, key=lambda r: r.load)
+        """The replica for a prompt head's hash (:func:`~gateway.upstream.replicas.choose`)."""
+        return choose(self.replicas, affinity, self.tier.affinity_slack)
 
     async def acquire(self, ticket: Ticket, affinity: int, until: float) -> tuple[Replica, float]:
         """A slot in this pool (waiting in its queue, at most until ``until``), then the
@@ -320,9 +199,8 @@ class Pool:
         self.circuit.begin(time.monotonic())
         try:
             up = await self.transport.open(rep.url + path, body, limits, stream)
-        except AttemptError as e:
-            if e.kind == "connect":
-                rep.up = False  # refused: no traffic until a probe says otherwise
+        except ConnectFailed:
+            rep.up = False  # refused: no traffic until a probe says otherwise
             raise
         if path != RESPONSES_PATH:
             return up
@@ -336,9 +214,7 @@ class Pool:
                 data = await read_whole(up, self.tier.max_answer_bytes)
         except TimeoutError:
             up.close()
-            raise AttemptError(
-                "timeout", f"no answer within {limits.total:.1f}s", timeout=True
-            ) from None
+            raise AnswerTimeout(f"no answer within {limits.total:.1f}s") from None
         except BaseException:
             up.close()
             raise

@@ -19,8 +19,9 @@ from typing import Any
 
 import orjson
 
-from gateway.upstream.sse import SSEFramer
-from gateway.upstream.transport import AttemptError, UpstreamStream, read_whole
+from gateway.upstream.failures import BadBody, BadStream, StreamCut
+from gateway.upstream.framing import SSEFramer
+from gateway.upstream.transport import UpstreamStream, read_whole
 
 RESPONSES_PATH = "/v1/responses"
 _DONE = b"data: [DONE]\n\n"
@@ -99,9 +100,9 @@ def _event(payload: bytes) -> dict[str, Any]:
     try:
         ev = orjson.loads(payload)
     except orjson.JSONDecodeError:
-        raise AttemptError("bad_stream", "an event of the engine's stream is not JSON") from None
+        raise BadStream("an event of the engine's stream is not JSON") from None
     if not isinstance(ev, dict):
-        raise AttemptError("bad_stream", "an event of the engine's stream is not an object")
+        raise BadStream("an event of the engine's stream is not an object")
     return ev
 
 
@@ -110,9 +111,9 @@ def response_as_chat(body: bytes) -> bytes:
     try:
         r = orjson.loads(body)
     except orjson.JSONDecodeError:
-        raise AttemptError("bad_body", "the engine's answer is not JSON") from None
+        raise BadBody("the engine's answer is not JSON") from None
     if not isinstance(r, dict):
-        raise AttemptError("bad_body", "the engine's answer is not a response object")
+        raise BadBody("the engine's answer is not a response object")
     text, calls = "", []
     for item in r.get("output") or ():
         if item.get("type") == "message":
@@ -165,7 +166,7 @@ class ResponsesAsChat:
             chunk = await self._inner.read()
             if not chunk:
                 if not self._tr.ended:
-                    raise AttemptError("stream_cut", "the engine's Responses stream ended early")
+                    raise StreamCut("the engine's Responses stream ended early")
                 return b""
             _, payloads = self._framer.feed(chunk)
             out = b"".join(self._tr.event(_event(p)) for p in payloads if p and p != b"[DONE]")

@@ -15,7 +15,7 @@ gateway, not in the engine's FIFO:
   engine's FIFO, and go as slots are given back.
 * **Shedding**: a request whose estimated start (the queue ahead of it x the pool's
   observed service time / capacity) is past its attempt's end is refused at once
-  (``AttemptError("shed")``: the next tier, or a 429 with ``Retry-After``). With
+  (:class:`~gateway.upstream.failures.Shed`: the next tier, or a 429 with ``Retry-After``). With
   ``max_queue`` set, a full queue sheds the newest waiter of the lowest band below an
   arrival (batch first), else the arrival.
 
@@ -33,7 +33,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from gateway.upstream.transport import AttemptError
+from gateway.upstream.failures import QueueTimeout, Shed
 
 PRIORITY = MappingProxyType({"interactive": 0, "standard": 1, "batch": 2})
 BANDS = 3
@@ -115,9 +115,7 @@ class Gate:
             elif not w.fut.done() or w.fut.cancelled():
                 self._remove(w)
             if isinstance(e, TimeoutError):
-                raise AttemptError(
-                    "queue_timeout", "no free slot within the budget", timeout=True
-                ) from None
+                raise QueueTimeout("no free slot within the budget") from None
             raise
         return time.monotonic() - w.since
 
@@ -202,7 +200,5 @@ class Gate:
         return None
 
 
-def _shed(est: float, why: str) -> AttemptError:
-    e = AttemptError("shed", why)
-    e.retry_after = float(max(1, min(60, math.ceil(est))))
-    return e
+def _shed(est: float, why: str) -> Shed:
+    return Shed(why, retry_after=float(max(1, min(60, math.ceil(est)))))

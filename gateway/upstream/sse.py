@@ -1,12 +1,9 @@
-"""What the gateway reads out of an engine's SSE stream, and the live checks on it.
+"""What the gateway reads out of an engine's SSE stream (cut into events by
+:mod:`gateway.upstream.framing`).
 
-* :class:`SSEFramer` cuts the byte stream into complete events, so that bytes are
-  forwarded (untouched) only once the events they carry have been checked. It is linear
-  in the bytes it sees (no re-joining of a growing buffer) and refuses an event larger
-  than its limit.
 * :class:`StreamState` is what we learn from the events of choice 0: id/model/created,
   the text so far, tool-call deltas, finish reason, usage, ``[DONE]``. An error event
-  raises :class:`AttemptError` at once.
+  raises :class:`StreamErrorEvent` at once, a malformed one :class:`BadStream`.
 * With ``events`` set, every event is kept too (as its SSE bytes), to assemble a non-streamed
   answer from an upstream stream.
 
@@ -26,84 +23,14 @@ import msgspec
 import orjson
 
 from gateway.checks.base import Output
-from gateway.upstream.transport import AttemptError
+from gateway.upstream.failures import BadStream, StreamErrorEvent
+from gateway.upstream.framing import data_payloads
 
 _PLAIN_DELTA = frozenset(("role", "content", "tool_calls"))
 _PLAIN_CHOICE = frozenset(
     ("index", "delta", "text", "finish_reason", "logprobs", "matched_stop", "stop_reason")
 )
 TOP_KEYS = ("id", "created", "model", "system_fingerprint", "service_tier")
-
-
-def data_payloads(events: bytes) -> list[bytes]:
-    """The ``data:`` payloads of complete SSE events."""
-    return [ln[5:].strip() for ln in events.split(b"\n") if ln.startswith(b"data:")]
-
-
-class SSEFramer:
-    """Splits a byte stream into complete SSE events (``\\n\\n``-terminated).
-
-    Linear in the bytes fed: an unfinished event is kept as a list of chunks and joined
-    once, when its end arrives (joining on every chunk made one huge event quadratic).
-    An event over ``max_event`` bytes, or a stream over ``max_total``, is an upstream
-    failure (``too_large``), not memory without end.
-    """
-
-    __slots__ = ("_parts", "_pending", "_total", "max_event", "max_total")
-
-    def __init__(self, max_event: int = 8 << 20, max_total: int = 64 << 20) -> None:
-        self._parts: list[bytes] = []
-        self._pending = 0
-        self._total = 0
-        self.max_event = max_event
-        self.max_total = max_total
-
-    def feed(self, chunk: bytes) -> tuple[bytes, list[bytes]]:
-        """Complete events' bytes (to forward) and their ``data:`` payloads."""
-        complete = self.feed_bytes(chunk)
-        return complete, data_payloads(complete) if complete else []
-
-    def feed_bytes(self, chunk: bytes) -> bytes:
-        """Complete events' bytes (to forward, or for :meth:`StreamState.feed_block`)."""
-        if b"\r" in chunk:
-            chunk = chunk.replace(b"\r\n", b"\n")
-        self._total += len(chunk)
-        if self._total > self.max_total:
-            raise AttemptError("too_large", f"the answer is over {self.max_total} bytes")
-        parts = self._parts
-        if parts:
-            if b"\n\n" not in chunk and not (chunk[:1] == b"\n" and parts[-1][-1:] == b"\n"):
-                return self._hold(chunk)
-            parts.append(chunk)
-            buf = b"".join(parts)
-            parts.clear()
-            self._pending = 0
-        else:
-            buf = chunk
-        end = buf.rfind(b"\n\n")
-        if end < 0:
-            return self._hold(buf)
-        complete = buf[: end + 2]
-        if len(complete) > self.max_event:  # rare: maybe a whole huge event in one read
-            self._each_within_limit(complete)
-        if end + 2 < len(buf):
-            self._hold(buf[end + 2 :])
-        return complete
-
-    def _each_within_limit(self, events: bytes) -> None:
-        if max(map(len, events.split(b"\n\n"))) > self.max_event:
-            raise AttemptError("too_large", f"an event is over {self.max_event} bytes")
-
-    def _hold(self, data: bytes) -> bytes:
-        self._parts.append(data)
-        self._pending += len(data)
-        if self._pending > self.max_event:
-            raise AttemptError("too_large", f"an event is over {self.max_event} bytes")
-        return b""
-
-    @property
-    def pending(self) -> bytes:
-        return b"".join(self._parts)
 
 
 def _extra(obj: dict[str, Any], plain: frozenset[str]) -> bool:
@@ -231,7 +158,7 @@ class StreamState:
         except msgspec.ValidationError:
             return self._feed_general(payload)  # not plain, or malformed: the general path
         except msgspec.DecodeError:
-            raise AttemptError("bad_stream", "an event is not JSON") from None
+            raise BadStream("an event is not JSON") from None
         if ev.error:
             return self._feed_general(payload)  # it words the error
         if isinstance(ev, _FirstEvent):
@@ -294,24 +221,24 @@ class StreamState:
         try:
             obj = orjson.loads(payload)
         except orjson.JSONDecodeError:
-            raise AttemptError("bad_stream", "an event is not JSON") from None
+            raise BadStream("an event is not JSON") from None
         if not isinstance(obj, dict):
-            raise AttemptError("bad_stream", "an event is not a JSON object")
+            raise BadStream("an event is not a JSON object")
         err = obj.get("error")
         if err:
             msg = err.get("message", "") if isinstance(err, dict) else str(err)
-            raise AttemptError("stream_error", str(msg)[:160] or "error event")
+            raise StreamErrorEvent(str(msg)[:160] or "error event")
         if self.id is None:
             self.first = obj
             self.id, self.model, self.created = obj.get("id"), obj.get("model"), obj.get("created")
         usage = obj.get("usage")
         if usage:
             if not isinstance(usage, dict):
-                raise AttemptError("bad_stream", "usage is not an object")
+                raise BadStream("usage is not an object")
             self.usage = usage
         choices = obj.get("choices") or []
         if not isinstance(choices, list):
-            raise AttemptError("bad_stream", "choices is not a list")
+            raise BadStream("choices is not a list")
         token = False
         for ch in choices:
             token = self._choice(ch) or token
@@ -321,7 +248,7 @@ class StreamState:
 
     def _choice(self, ch: Any) -> bool:
         if not isinstance(ch, dict):
-            raise AttemptError("bad_stream", "a choice is not an object")
+            raise BadStream("a choice is not an object")
         if ch.get("index", 0):
             self.multi = True
             self.plain = False
@@ -330,12 +257,12 @@ class StreamState:
         if self.chat:
             delta = ch.get("delta") or {}
             if not isinstance(delta, dict):
-                raise AttemptError("bad_stream", "a delta is not an object")
+                raise BadStream("a delta is not an object")
             text = delta.get("content")
             calls = delta.get("tool_calls")
             if calls:
                 if not isinstance(calls, list):
-                    raise AttemptError("bad_stream", "tool_calls is not a list")
+                    raise BadStream("tool_calls is not a list")
                 self._tool_deltas(calls)
                 token = True
             if _extra(delta, _PLAIN_DELTA):
@@ -347,7 +274,7 @@ class StreamState:
             self.plain = False
         if text:
             if not isinstance(text, str):
-                raise AttemptError("bad_stream", "the text is not a string")
+                raise BadStream("the text is not a string")
             self.parts.append(text)
             self.chars += len(text)
             self.tokens += 1
@@ -364,7 +291,7 @@ class StreamState:
             if isinstance(c, dict):
                 fn = c.get("function") or {}
             if not isinstance(index, int) or not isinstance(fn, dict):
-                raise AttemptError("bad_stream", "a tool call is malformed")
+                raise BadStream("a tool call is malformed")
             if c.get("type") not in (None, "function"):
                 self.plain = False
             slot = self._call_slot(index, c.get("id"))["function"]
@@ -372,7 +299,7 @@ class StreamState:
                 value = fn.get(part)
                 if value:
                     if not isinstance(value, str):
-                        raise AttemptError("bad_stream", f"a tool call's {part} is not a string")
+                        raise BadStream(f"a tool call's {part} is not a string")
                     slot[part] += value
 
     # -- reading it ----------------------------------------------------------------------------

@@ -6,10 +6,9 @@ a :class:`Transport`; they never see sockets. :class:`HttpTransport` is the real
 retrying on its own: the dispatcher is the one retry layer); tests hand the dispatcher an
 in-memory transport instead (``tests/memory_transport.py``), like httpx's ``MockTransport``.
 
-Every failure is raised as an :class:`AttemptError` that says whether another tier may
-be tried (``retryable``), whether it was a timeout, and whether the same tier may be
-tried again after a short wait (``transient``: a reset, a 500/502/503, a 429 with
-``Retry-After``).
+Every failure is raised as a type of the attempt-failure tree
+(:mod:`gateway.upstream.failures`): a refused connection, a reset, a cut, a timeout, a
+stall, an engine's status, an answer that is not a completion.
 """
 
 from __future__ import annotations
@@ -21,37 +20,21 @@ from typing import Protocol
 import orjson
 
 from gateway.upstream import h1
+from gateway.upstream.failures import (
+    AnswerTimeout,
+    AnswerTooLarge,
+    AttemptFailed,
+    BadBody,
+    ConnectFailed,
+    ConnectionReset,
+    MalformedAnswerHead,
+    Stall,
+    StreamCut,
+    status_error,
+)
 
 MAX_ERROR_BODY = 64 * 1024
 MAX_JSON_ANSWER = 64 * 1024 * 1024
-_TRANSIENT = frozenset((500, 502, 503, 429))
-
-
-class AttemptError(Exception):
-    """One attempt on one tier failed. ``kind`` is short and ASCII (it goes into headers)."""
-
-    def __init__(
-        self,
-        kind: str,
-        detail: str,
-        *,
-        retryable: bool = True,
-        timeout: bool = False,
-        status: int | None = None,
-        body: bytes | None = None,
-    ):
-        super().__init__(f"{kind}: {detail}")
-        self.kind = kind
-        self.detail = detail
-        self.retryable = retryable
-        self.timeout = timeout
-        self.status = status
-        self.body = body  # the upstream's own answer, for client errors relayed as they are
-        self.retry_after: float | None = None  # the engine's Retry-After, seconds
-        # a stream that failed after its first token: its StreamState (gateway.upstream.sse,
-        # which imports this module), set by the opener
-        self.partial: object | None = None
-        self.transient = kind == "reset" or (status is not None and status in _TRANSIENT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +50,7 @@ class UpstreamStream(Protocol):
     """An engine's 200 answer, read chunk by chunk."""
 
     async def read(self) -> bytes:
-        """The next bytes; ``b""`` at the end. Raises :class:`AttemptError` or TimeoutError."""
+        """The next bytes; ``b""`` at the end. Raises :class:`AttemptFailed` or TimeoutError."""
         ...
 
     def close(self) -> None:
@@ -83,12 +66,12 @@ class Transport(Protocol):
     async def open(
         self, url: str, body: bytes, limits: Timeouts, stream: bool = True
     ) -> UpstreamStream:
-        """POST ``body``; the open 200 answer, or :class:`AttemptError`. With ``stream``,
+        """POST ``body``; the open 200 answer, or :class:`AttemptFailed`. With ``stream``,
         a whole JSON answer is handed on as the equivalent event stream."""
         ...
 
     async def get(self, url: str, timeout: float) -> tuple[int, bytes]:
-        """A small GET (health, metrics); raises OSError/TimeoutError/AttemptError."""
+        """A small GET (health, metrics); raises OSError/TimeoutError/AttemptFailed."""
         ...
 
     async def close(self) -> None: ...
@@ -111,12 +94,10 @@ class _HttpStream:
             return await self._conn.read(self._gap, self._deadline)
         except TimeoutError:
             if asyncio.get_running_loop().time() >= self._deadline:
-                raise AttemptError(
-                    "timeout", f"the answer did not end within {self._total:.1f}s", timeout=True
-                ) from None
-            raise AttemptError("stall", "no data within the stall limit", timeout=True) from None
+                raise AnswerTimeout(f"the answer did not end within {self._total:.1f}s") from None
+            raise Stall("no data within the stall limit") from None
         except (h1.Cut, h1.Stale, h1.BadHttp) as e:
-            raise AttemptError("stream_cut", short(e)) from None
+            raise StreamCut(short(e)) from None
 
     def close(self) -> None:
         self._done(False)
@@ -155,13 +136,13 @@ class JsonAsStream:
 
 
 async def read_whole(up: UpstreamStream, limit: int) -> bytes:
-    """Every byte of an answer, refused (``too_large``) once it passes ``limit``."""
+    """Every byte of an answer, refused (:class:`AnswerTooLarge`) once it passes ``limit``."""
     parts, size = [], 0
     while chunk := await up.read():
         parts.append(chunk)
         size += len(chunk)
         if size > limit:
-            raise AttemptError("too_large", f"the answer is over {limit} bytes")
+            raise AnswerTooLarge(f"the answer is over {limit} bytes")
     return b"".join(parts)
 
 
@@ -170,14 +151,14 @@ def json_as_events(data: bytes) -> bytes:
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError:
-        raise AttemptError("bad_body", "the answer is not JSON") from None
+        raise BadBody("the answer is not JSON") from None
     if not isinstance(obj, dict) or not isinstance(obj.get("choices"), list):
-        raise AttemptError("bad_body", "the answer is not a completion object")
+        raise BadBody("the answer is not a completion object")
     head = {k: obj[k] for k in ("id", "created", "model", "system_fingerprint") if k in obj}
     choices = []
     for ch in obj["choices"]:
         if not isinstance(ch, dict):
-            raise AttemptError("bad_body", "a choice is not an object")
+            raise BadBody("a choice is not an object")
         c = {k: v for k, v in ch.items() if k != "message"}
         if "message" in ch:
             c["delta"] = ch["message"]
@@ -215,26 +196,24 @@ class HttpTransport:
     async def _send(
         self, method: bytes, url: str, body: bytes, limits: Timeouts, deadline: float
     ) -> tuple[h1.Conn, h1.Origin]:
-        """Send, up to the answer's head; every failure as an :class:`AttemptError`."""
+        """Send, up to the answer's head; every failure as an :class:`AttemptFailed`."""
         try:
             return await self._client.send(method, url, body, limits.connect, deadline)
         except TimeoutError:
-            raise AttemptError(
-                "timeout", f"no response within {limits.total:.1f}s", timeout=True
-            ) from None
+            raise AnswerTimeout(f"no response within {limits.total:.1f}s") from None
         except (h1.Cut, h1.Stale) as e:
-            raise AttemptError("reset", short(e) or "connection reset") from None
+            raise ConnectionReset(short(e) or "connection reset") from None
         except h1.BadHttp as e:
-            raise AttemptError("upstream", f"malformed HTTP answer: {short(e)}") from None
+            raise MalformedAnswerHead(f"malformed HTTP answer: {short(e)}") from None
         except (OSError, ValueError) as e:
-            raise AttemptError("connect", short(e)) from None
+            raise ConnectFailed(short(e)) from None
 
     async def get(self, url: str, timeout: float) -> tuple[int, bytes]:
         limits = Timeouts(timeout, timeout, None)
         deadline = asyncio.get_running_loop().time() + timeout
         try:
             conn, origin = await self._send(b"GET", url, b"", limits, deadline)
-        except AttemptError as e:
+        except AttemptFailed as e:
             raise OSError(e.detail) from None
         up = _HttpStream(conn, origin, limits, deadline)
         status = conn.status  # the connection is reset once given back
@@ -242,7 +221,7 @@ class HttpTransport:
             parts = []
             while chunk := await up.read():
                 parts.append(chunk)
-        except AttemptError as e:
+        except AttemptFailed as e:
             up.close()
             raise OSError(e.detail) from None
         up.release()
@@ -259,7 +238,7 @@ async def _error_body(up: _HttpStream) -> bytes:
         while size < MAX_ERROR_BODY and (chunk := await up.read()):
             parts.append(chunk)
             size += len(chunk)
-    except AttemptError:
+    except AttemptFailed:
         up.close()
         return b"".join(parts)[:MAX_ERROR_BODY]
     if size < MAX_ERROR_BODY:
@@ -267,15 +246,6 @@ async def _error_body(up: _HttpStream) -> bytes:
     else:
         up.close()
     return b"".join(parts)[:MAX_ERROR_BODY]
-
-
-def status_error(status: int, body: bytes) -> AttemptError:
-    """An engine's non-200 answer. Engine bodies go to logs, never to tenants verbatim."""
-    if status == 429 or status == 408 or status >= 500:
-        snippet = body[:200].decode("utf-8", "replace").replace("\n", " ")
-        return AttemptError(f"http_{status}", snippet or "no body", status=status)
-    # other 4xx: the request itself is wrong; another tier would say the same
-    return AttemptError(f"http_{status}", "client error", retryable=False, status=status, body=body)
 
 
 def _retry_after(value: bytes | None) -> float | None:

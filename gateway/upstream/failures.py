@@ -1,0 +1,256 @@
+"""Why one attempt on one tier failed: a tree of exception types, the kind is the type.
+
+Every failure of an attempt is raised as one of these: on the connection, in the
+engine's answer, in the gateway's own queue and checks. Code catches a category
+(``except AttemptTimeout``) or tests a type, never a string. What each type means for
+the request — its reason in ``x-gateway-fallback`` and the metrics (in brackets below),
+whether another tier or the same one may be tried, whether it counts against the tier,
+the OpenAI error when it was the last — is one table, :mod:`gateway.dispatch.fallback`::
+
+    AttemptFailed
+    ├── TransportFailure             the connection, not the answer
+    │   ├── ConnectFailed            [connect]       refused or unreachable: replica marked down
+    │   ├── ConnectionReset          [reset]         dropped before the answer's head
+    │   ├── StreamCut                [stream_cut]    the answer ended before its end
+    │   ├── MalformedAnswerHead      [upstream]      not an HTTP/1.1 answer
+    │   └── ProviderError            [upstream]      a hosted provider's error without a status
+    ├── AttemptTimeout
+    │   ├── AnswerTimeout            [timeout]       the attempt's time ran out
+    │   ├── FirstTokenTimeout        [timeout_ttft]  no first token within the TTFT budget
+    │   ├── Stall                    [stall]         no data within the stall limit
+    │   ├── ClientSlow               [client_slow]   a stall while the client did not read
+    │   ├── QueueTimeout             [queue_timeout] no slot of the tier's queue in time
+    │   └── DeadlineSpent            [deadline]      no time left for an attempt at all
+    ├── TooSlow                      [too_slow]      a stream under its tier's minimum rate
+    ├── UpstreamStatus               [http_<status>] a non-200 answer
+    │   ├── ServerError              5xx
+    │   ├── UpstreamRateLimited      429, with the engine's Retry-After
+    │   ├── UpstreamRequestTimeout   408
+    │   ├── TierRefused              401/403/404 of a hosted provider: the tier's key or model
+    │   └── ClientRejected           any other 4xx: the request's own fault, relayed as it is
+    ├── BadAnswer                    not what an OpenAI-compatible engine sends
+    │   ├── BadBody                  [bad_body]      a JSON answer that is not a completion
+    │   ├── BadStream                [bad_stream]    an event that is not what a stream carries
+    │   ├── AnswerTooLarge           [too_large]     an event or the answer over the tier's limit
+    │   ├── StreamErrorEvent         [stream_error]  the engine's own error event
+    │   └── EmptyStream              [stream_empty]  it ended before its first token
+    ├── CheckFailed                  [check_<name>]  a quality check failed on the answer
+    │   ├── LoopFound                [check_repetition]     the text repeats one unit
+    │   └── TemplateLeaked           [check_template_leak]  a chat-template token in the text
+    ├── Shed                         [shed]          the tier's queue could not start it in time
+    ├── TierMisconfigured            [config]        e.g. a hosted tier's key variable is unset
+    ├── TierUnavailable              [unavailable]   circuit open or no replica up
+    └── NoContinuation               [no_continuation]  no tier could continue a broken stream
+
+:func:`status_error` turns an engine's status into its type and :func:`check_failed` a
+failed check's result into its type: the two places where outside codes become types.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from gateway.checks.base import CheckResult
+
+
+class AttemptFailed(Exception):
+    """One attempt on one tier failed. ``detail`` is short and ASCII-safe (it goes to logs;
+    only the type's reason goes into headers)."""
+
+    def __init__(self, detail: str):
+        super().__init__(detail)
+        self.detail = detail
+        # a stream that failed after its first token: its StreamState (gateway.upstream.sse,
+        # which imports this module), set by the opener
+        self.partial: object | None = None
+
+
+# -- the connection ------------------------------------------------------------------------
+class TransportFailure(AttemptFailed):
+    """The connection failed, not the engine's answer."""
+
+
+class ConnectFailed(TransportFailure):
+    """No connection: refused, unreachable, a bad URL."""
+
+
+class ConnectionReset(TransportFailure):
+    """The connection dropped before the answer's head arrived."""
+
+
+class StreamCut(TransportFailure):
+    """The answer ended (or its connection broke) before it was complete."""
+
+
+class MalformedAnswerHead(TransportFailure):
+    """The engine's bytes are not an HTTP/1.1 answer (or its head is over the limit)."""
+
+
+class ProviderError(TransportFailure):
+    """A hosted provider's (LiteLLM's) error that carries no HTTP status."""
+
+
+# -- time ----------------------------------------------------------------------------------
+class AttemptTimeout(AttemptFailed):
+    """A time limit of the attempt passed."""
+
+
+class AnswerTimeout(AttemptTimeout):
+    """The attempt's whole time (its total limit, or its share of the deadline) ran out."""
+
+
+class FirstTokenTimeout(AttemptTimeout):
+    """No first token within the TTFT budget."""
+
+
+class Stall(AttemptTimeout):
+    """No data within the stall limit between two reads."""
+
+
+class ClientSlow(AttemptTimeout):
+    """A stall while the relay waited on a client that read too slowly: backpressure, not
+    the engine's fault."""
+
+
+class QueueTimeout(AttemptTimeout):
+    """No slot of the tier's queue within the attempt's budget (or none left after it)."""
+
+
+class DeadlineSpent(AttemptTimeout):
+    """The request's deadline left no time for an attempt at all."""
+
+
+class TooSlow(AttemptFailed):
+    """A stream under its tier's minimum rate (``min_tokens_per_s``): it never stalls, yet
+    would take minutes."""
+
+
+# -- the engine's status -------------------------------------------------------------------
+class UpstreamStatus(AttemptFailed):
+    """A non-200 answer. ``retry_after``: the engine's ``Retry-After``, in seconds."""
+
+    def __init__(self, status: int, detail: str):
+        super().__init__(detail)
+        self.status = status
+        self.retry_after: float | None = None
+
+
+class ServerError(UpstreamStatus):
+    """A 5xx answer."""
+
+
+class UpstreamRateLimited(UpstreamStatus):
+    """A 429: the engine (or provider) is busy for now."""
+
+
+class UpstreamRequestTimeout(UpstreamStatus):
+    """A 408: the engine gave up waiting."""
+
+
+class TierRefused(UpstreamStatus):
+    """A hosted provider's 401, 403 or 404: the tier's key or model is wrong, not the
+    request."""
+
+
+class ClientRejected(UpstreamStatus):
+    """Any other 4xx: the request itself is wrong, and another tier would say the same.
+    ``body`` is the engine's answer, relayed to the client as it is."""
+
+    def __init__(self, status: int, detail: str, body: bytes):
+        super().__init__(status, detail)
+        self.body = body
+
+
+# -- the answer ----------------------------------------------------------------------------
+class BadAnswer(AttemptFailed):
+    """The answer is not what an OpenAI-compatible engine sends."""
+
+
+class BadBody(BadAnswer):
+    """A whole answer that is not JSON, or not a completion object."""
+
+
+class BadStream(BadAnswer):
+    """A stream event that is not JSON, or not what a completion stream carries."""
+
+
+class AnswerTooLarge(BadAnswer):
+    """An event, or the whole answer, over the tier's limit."""
+
+
+class StreamErrorEvent(BadAnswer):
+    """The engine sent an error event in its stream."""
+
+
+class EmptyStream(BadAnswer):
+    """The stream ended before its first token."""
+
+
+class CheckFailed(AttemptFailed):
+    """A quality check failed on the answer; ``check`` is its name."""
+
+    def __init__(self, detail: str, check: str):
+        super().__init__(detail)
+        self.check = check
+
+
+class LoopFound(CheckFailed):
+    """The repetition check: the text repeats one unit (the text before the loop is good)."""
+
+    def __init__(self, detail: str):
+        super().__init__(detail, "repetition")
+
+
+class TemplateLeaked(CheckFailed):
+    """The template-leak check: a chat-template token in the text (the text before it is
+    good)."""
+
+    def __init__(self, detail: str):
+        super().__init__(detail, "template_leak")
+
+
+# -- the gateway's side of the tier -------------------------------------------------------
+class Shed(AttemptFailed):
+    """The tier's queue could not start the request in time; ``retry_after`` estimates when
+    it could (seconds)."""
+
+    def __init__(self, detail: str, retry_after: float):
+        super().__init__(detail)
+        self.retry_after = retry_after
+
+
+class TierMisconfigured(AttemptFailed):
+    """The tier cannot be used as configured (a hosted tier's key variable is unset)."""
+
+
+class TierUnavailable(AttemptFailed):
+    """Not tried: the tier's circuit is open or none of its replicas is up."""
+
+
+class NoContinuation(AttemptFailed):
+    """No tier could continue a broken stream (none can, or each refused or failed)."""
+
+
+def status_error(status: int, body: bytes) -> UpstreamStatus:
+    """An engine's non-200 answer as its type. Engine bodies go to logs, never to tenants
+    verbatim (a client error's body is relayed as the engine's own answer)."""
+    if status == 429 or status == 408 or status >= 500:
+        snippet = body[:200].decode("utf-8", "replace").replace("\n", " ") or "no body"
+        if status == 429:
+            return UpstreamRateLimited(status, snippet)
+        if status == 408:
+            return UpstreamRequestTimeout(status, snippet)
+        return ServerError(status, snippet)
+    return ClientRejected(status, "client error", body)
+
+
+_CHECK_TYPES: MappingProxyType[str, type[LoopFound] | type[TemplateLeaked]] = MappingProxyType(
+    {"repetition": LoopFound, "template_leak": TemplateLeaked}
+)
+
+
+def check_failed(result: CheckResult) -> CheckFailed:
+    """A failed check's result as its failure; the checks whose failure leaves good text
+    before it (a loop, a leaked template token) have types of their own."""
+    typed = _CHECK_TYPES.get(result.check)
+    return typed(result.reason) if typed is not None else CheckFailed(result.reason, result.check)
