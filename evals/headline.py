@@ -2,6 +2,7 @@
 with the standard tier's reliability — measured side by side in one run.
 
     python -m evals headline [--requests 48] [--clients 1,8] [--modes stream,plain]
+        [--mix chat|tasks]
         [--faults loop=0.05,slow_ttft=0.03,hang=0.01,cut=0.01,leak=0.01]
         [--fault-draw content|order] [--time-scale 1.0] [--engines sim|local]
         [--no-hedge-target] [--out DIR]
@@ -20,7 +21,15 @@ interleaved request by request in one run: the fast tier raw, the standard tier 
 gateway, and (unless ``--no-hedge-target``) a second gateway with hedging off, so hedging
 on vs off is measured in the same run.
 
-Per mode (streamed and non-streamed chat) and client count: TTFT (first content byte;
+Mix: ``chat`` (default), everyday questions on the default rule; ``tasks``
+(:mod:`evals.headline_mix`), chat, code, tool calls, JSON extraction, summarization and
+reasoning prompts, a quarter of them not in English, each on the rule the classifier
+gives it, and an answer's defects judged for its kind too (JSON that does not parse, a
+tool call missing or with arguments that do not parse), with a table per kind. The sim's
+``bad_json`` and ``bad_tool`` faults are not in the default mix (a grammar-constrained
+engine's JSON parses); ``--faults`` adds them.
+
+Per mode (streamed and non-streamed) and client count: TTFT (first content byte;
 a non-streamed answer's latency), TPOT, latency P50/P95/P99, output tokens/s per request,
 errors, and answers that reached the client with a defect (a loop, a template-token
 leak, a cut: no finish or no ``[DONE]``); for the gateways, fallbacks, hedges and the
@@ -46,6 +55,9 @@ import yaml
 from evals.bench.common import free_port
 from evals.bench.procs import Service, log
 from evals.bench.proxy import wait_ready
+from evals.headline_mix import body as mix_body
+from evals.headline_mix import prompt as mix_prompt
+from evals.headline_mix import shape_defect
 from evals.headline_report import report
 from evals.report_util import default_out
 from gateway.checks.config import RepetitionSettings
@@ -83,6 +95,7 @@ class Sample:
     # later ones come as comments after its events)
     why: dict[str, str] = field(default_factory=dict)
     index: int = -1  # the prompt's (the same prompt on every target)
+    kind: str = "chat"  # the mix's kind of request (evals.headline_mix)
 
 
 @dataclass
@@ -106,7 +119,7 @@ def _rules(out: Path, hedge: bool, engines: str) -> Path:
             tier["continuation"] = "continue_final_message"
     if not hedge:
         for route in (data["default"], *data["rules"]):
-            route.pop("hedge_after", None)
+            route["hedge_after"] = None
     path = out / f"rules-{'hedge' if hedge else 'nohedge'}.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
@@ -184,7 +197,16 @@ def _body(target: Target, i: int, stream: bool) -> dict[str, Any]:
     return body
 
 
-WHY = ("x-gateway-fallback", "x-gateway-hedge", "x-gateway-continued")
+WHY = ("x-gateway-fallback", "x-gateway-hedge", "x-gateway-continued", "x-gateway-finish")
+
+
+@dataclass
+class Got:
+    """What an answer carried: its text, whether it finished, its tool calls' arguments."""
+
+    text: str = ""
+    finished: bool = False
+    tool_args: list[str] = field(default_factory=list)
 
 
 def _defect(text: str, finished: bool) -> str | None:
@@ -197,8 +219,9 @@ def _defect(text: str, finished: bool) -> str | None:
     return None
 
 
-async def _stream(resp: aiohttp.ClientResponse, s: Sample, t0: float) -> tuple[str, bool]:
+async def _stream(resp: aiohttp.ClientResponse, s: Sample, t0: float) -> Got:
     parts: list[str] = []
+    args: dict[int, str] = {}
     finished = done = False
     buf = b""
     async for chunk in resp.content.iter_any():
@@ -223,7 +246,15 @@ async def _stream(resp: aiohttp.ClientResponse, s: Sample, t0: float) -> tuple[s
                 if obj.get("usage"):
                     s.tokens = int(obj["usage"].get("completion_tokens") or s.tokens)
                 for ch in obj.get("choices") or ():
-                    text = (ch.get("delta") or {}).get("content")
+                    delta = ch.get("delta") or {}
+                    for tc in delta.get("tool_calls") or ():
+                        i = tc.get("index", 0)
+                        args[i] = args.get(i, "") + (
+                            (tc.get("function") or {}).get("arguments") or ""
+                        )
+                        if s.ttft_s is None:
+                            s.ttft_s = time.perf_counter() - t0
+                    text = delta.get("content")
                     if text:
                         if s.ttft_s is None:
                             s.ttft_s = time.perf_counter() - t0
@@ -231,18 +262,37 @@ async def _stream(resp: aiohttp.ClientResponse, s: Sample, t0: float) -> tuple[s
                     finished = finished or bool(ch.get("finish_reason"))
     if not s.tokens:
         s.tokens = len(parts)
-    return "".join(parts), finished and done
+    return Got("".join(parts), finished and done, [args[k] for k in sorted(args)])
+
+
+def _plain(obj: dict[str, Any], s: Sample) -> Got:
+    ch = obj["choices"][0]
+    msg = ch["message"]
+    text = msg.get("content") or ""
+    calls = msg.get("tool_calls") or []
+    usage = obj.get("usage") or {}
+    s.tokens = int(usage.get("completion_tokens") or len(text.split()))
+    args = [(c.get("function") or {}).get("arguments") or "" for c in calls]
+    return Got(text, bool(ch.get("finish_reason")), args)
 
 
 async def one(
-    session: aiohttp.ClientSession, target: Target, i: int, mode: str, clients: int, timeout: float
+    session: aiohttp.ClientSession,
+    target: Target,
+    i: int,
+    mode: str,
+    clients: int,
+    a: argparse.Namespace,
 ) -> Sample:
     stream = mode == "stream"
     s = Sample(target.name, mode, clients, ok=False, index=i)
+    tasks = a.mix == "tasks"
+    s.kind = mix_prompt(i).kind if tasks else "chat"
+    body = mix_body(target.model, i, stream) if tasks else _body(target, i, stream)
     t0 = time.perf_counter()
     url = target.url + "/v1/chat/completions"
     try:
-        async with asyncio.timeout(timeout), session.post(url, json=_body(target, i, stream)) as r:
+        async with asyncio.timeout(a.timeout), session.post(url, json=body) as r:
             s.tier = r.headers.get("x-gateway-tier")
             s.fallback = "x-gateway-fallback" in r.headers
             s.hedge = "x-gateway-hedge" in r.headers
@@ -252,15 +302,11 @@ async def one(
                 await r.read()
                 return s
             if stream:
-                text, finished = await _stream(r, s, t0)
+                got = await _stream(r, s, t0)
             else:
                 obj = await r.json()
                 s.ttft_s = time.perf_counter() - t0
-                ch = obj["choices"][0]
-                text = ch["message"].get("content") or ""
-                finished = bool(ch.get("finish_reason"))
-                usage = obj.get("usage") or {}
-                s.tokens = int(usage.get("completion_tokens") or len(text.split()))
+                got = _plain(obj, s)
     except TimeoutError:
         s.error = "timeout"
         return s
@@ -268,7 +314,8 @@ async def one(
         s.error = type(e).__name__
         return s
     s.latency_s = time.perf_counter() - t0
-    s.defect = _defect(text, finished) if s.error is None else None
+    if s.error is None:
+        s.defect = shape_defect(s.kind, got.text, got.tool_args) or _defect(got.text, got.finished)
     s.ok = s.error is None
     return s
 
@@ -285,7 +332,7 @@ async def cell(run: Run, mode: str, clients: int) -> None:
         async def worker() -> None:
             while not queue.empty():
                 target, i = queue.get_nowait()
-                run.samples.append(await one(session, target, i, mode, clients, a.timeout))
+                run.samples.append(await one(session, target, i, mode, clients, a))
 
         t0 = time.monotonic()
         before = await _standard_counters(session, run.standard_url)
@@ -320,6 +367,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--requests", type=int, default=48, help="per target and cell")
     p.add_argument("--clients", default="1,8")
     p.add_argument("--modes", default="stream,plain")
+    p.add_argument("--mix", choices=("chat", "tasks"), default="chat", help="the prompts")
     p.add_argument("--faults", default=DEFAULT_FAULTS, help="the fast sim's fault mix")
     p.add_argument(
         "--fault-draw",

@@ -29,7 +29,7 @@ def stats(samples: list[Any]) -> dict[str, Any]:
     return {
         "n": len(samples),
         "errors": len(samples) - len(ok),
-        "defects": {d: sum(1 for s in ok if s.defect == d) for d in ("loop", "leak", "cut")},
+        "defects": {d: sum(1 for s in ok if s.defect == d) for d in _defect_kinds(ok)},
         "ttft_ms": {p: _ms(ttft, p) for p in (50, 95, 99)},
         "tpot_ms": _ms(tpot, 50),
         "latency_ms": {p: _ms(lat, p) for p in (50, 95, 99)},
@@ -38,6 +38,21 @@ def stats(samples: list[Any]) -> dict[str, Any]:
         "hedges": sum(1 for s in samples if s.hedge),
         "answered_by_standard": sum(1 for s in samples if s.tier == "standard"),
     }
+
+
+BASE_DEFECTS = ("loop", "leak", "cut")
+
+
+def _defect_kinds(ok: list[Any]) -> tuple[str, ...]:
+    """loop, leak, cut, and the task mix's own where they happened (bad_json, bad_tool)."""
+    extra = sorted({s.defect for s in ok if s.defect and s.defect not in BASE_DEFECTS})
+    return (*BASE_DEFECTS, *extra)
+
+
+def _defects(d: dict[str, int]) -> str:
+    text = f"{d['loop']}/{d['leak']}/{d['cut']}"
+    more = ", ".join(f"{n} {k}" for k, n in d.items() if k not in BASE_DEFECTS and n)
+    return f"{text} (+{more})" if more else text
 
 
 def _check(g: dict[str, Any], fast: dict[str, Any], std: dict[str, Any]) -> list[list[str]]:
@@ -90,7 +105,7 @@ def _table(cells: dict[str, dict[str, dict[str, Any]]], names: list[str]) -> str
                     fmt_num(st["latency_ms"][95]),
                     fmt_num(st["latency_ms"][99]),
                     fmt_num(st["tokens_per_s"]),
-                    f"{d['loop']}/{d['leak']}/{d['cut']}",
+                    _defects(d),
                     str(st["errors"]),
                     extra,
                 ]
@@ -105,7 +120,7 @@ def _table(cells: dict[str, dict[str, dict[str, Any]]], names: list[str]) -> str
         "lat p95 ms",
         "lat p99 ms",
         "tok/s p50",
-        "defects loop/leak/cut",
+        "defects loop/leak/cut (+more)",
         "errors",
         "standard's extra load",
     ]
@@ -185,6 +200,38 @@ def _load_table(
     ]
 
 
+def _kinds(samples: list[Any], names: list[str], clients: int) -> list[str]:
+    """The task mix per kind of request, at ``clients``: latency p50/p99 and defects."""
+    kinds = sorted({s.kind for s in samples})
+    if kinds == ["chat"]:
+        return []
+    rows = []
+    for mode in sorted({s.mode for s in samples}, reverse=True):
+        for kind in kinds:
+            row = [f"{mode} c={clients}", kind]
+            for name in names:
+                st = stats(
+                    [
+                        s
+                        for s in samples
+                        if s.target == name
+                        and s.kind == kind
+                        and s.mode == mode
+                        and s.clients == clients
+                    ]
+                )
+                lat = st["latency_ms"]
+                bad = sum(st["defects"].values()) + st["errors"]
+                row.append(f"{fmt_num(lat[50])} / {fmt_num(lat[99])} ({bad})")
+            rows.append(row)
+    return [
+        "Per kind of request: latency p50 / p99 ms (defective answers and errors):",
+        "",
+        md_table(["cell", "kind", *names], rows),
+        "",
+    ]
+
+
 def _slowest(samples: list[Any], cells: dict[str, Any], n: int = 3) -> list[str]:
     """The gateway's slowest answers per cell and what its headers said about them, next to
     the standard tier's slowest: the tail, explained."""
@@ -233,7 +280,8 @@ def report(
     lines = [
         "# Headline: the fast tier's speed through the gateway, with the standard's reliability",
         "",
-        f"`python -m evals headline --engines {a.engines} --requests {a.requests} "
+        f"`python -m evals headline --mix {getattr(a, 'mix', 'chat')} --engines {a.engines} "
+        f"--requests {a.requests} "
         f"--clients {a.clients} --modes {a.modes} --faults {a.faults} "
         f"--fault-draw {a.fault_draw} --time-scale {a.time_scale}`; targets interleaved "
         "request by request in one run.",
@@ -253,6 +301,7 @@ def report(
             ),
             "",
         ]
+    lines += _kinds(samples, names, max(int(c) for c in a.clients.split(",")))
     lines += _load_table(samples, load or {}, [n for n in names if n.startswith("gateway")])
     lines += _slowest(samples, cells)
     if _plot(cells, names, out / "headline.png"):

@@ -21,6 +21,7 @@ import orjson
 from engines.launcher import LocalEngines, installed, plan
 from gateway.errors import GatewayError
 from gateway.routing.explain import explain
+from gateway.rules.effective import describe_line, rules_settings
 from gateway.rules.schema import Rules, RulesError, load_rules
 from gateway.settings import REPO_RULES, Settings, load_settings
 from gateway.tenancy.tenants import Effective
@@ -183,6 +184,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         f"ok: {args.file}: {len(rules.tiers)} tiers, {len(rules.rules)} rules, "
         f"{len(rules.tasks)} tasks, {len(rules.sla_classes)} SLA classes"
     )
+    print("effective settings (defaults filled in):")
+    for name, s in rules_settings(rules).items():
+        print("  " + describe_line(name, s))
     return 0
 
 

@@ -15,3 +15,4 @@ H_CONTINUED = "x-gateway-continued"  # non-streamed: "<tier>:<chars>" of the ans
 H_CACHE = "x-gateway-cache"  # hit | miss | bypass: the response cache's part (gateway.cache)
 H_CACHE_MATCH = "x-gateway-cache-match"  # a hit: exact | semantic 0.953 | coalesced
 H_AGE = "age"  # a hit: seconds since the answer was stored (RFC 9111)
+H_FINISH = "x-gateway-finish"  # streams: how a break after the first byte would be finished

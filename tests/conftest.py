@@ -124,7 +124,7 @@ def rules_for_tests(**tier_timeouts: float) -> dict[str, Any]:
     data: dict[str, Any] = yaml.safe_load(RULES.read_text())
     t = {"connect": 1.0, "ttft": 1.0, "total": 3.0, "stall": 1.0, **tier_timeouts}
     for route in (data["default"], *data["rules"]):
-        route.pop("hedge_after", None)  # deterministic fallbacks; hedging has its own tests
+        route["hedge_after"] = None  # deterministic fallbacks; hedging has its own tests
     # the fake engines' directives ("[[highspeed: status=503]]") are not prompts: the learned
     # classifier has views on them (503 reads like arithmetic); it has its own tests
     data["classify"]["model"] = {"enabled": False}
@@ -135,7 +135,11 @@ def rules_for_tests(**tier_timeouts: float) -> dict[str, Any]:
 
 
 def start_gateway(
-    tmp: Path, rules: dict[str, Any], urls: dict[str, str], extra_env: dict[str, str] | None = None
+    tmp: Path,
+    rules: dict[str, Any],
+    urls: dict[str, str],
+    extra_env: dict[str, str] | None = None,
+    timeout: float = 20.0,  # LiteLLM's import alone takes seconds
 ) -> tuple[Proc, str]:
     path = tmp / f"rules-{free_port()}.yaml"
     path.write_text(yaml.safe_dump(rules))
@@ -146,6 +150,7 @@ def start_gateway(
         [sys.executable, "-m", "gateway.cli", "serve", "--rules", str(path), "--port", str(port)],
         f"http://127.0.0.1:{port}/healthz",
         env=env,
+        timeout=timeout,
     )
     return proc, f"http://127.0.0.1:{port}"
 

@@ -10,7 +10,8 @@ directives inside any message (or the prompt)::
 
 Directives: text=..., loop, leak, empty, length, big=N (one N-character word), malformed,
 status=N, delay=S (before the answer / the first chunk; fresh_delay=S: only when the
-request does not continue an assistant prefix), hang, json=<raw JSON text>,
+request does not continue an assistant prefix), no_prefill (a request that continues an
+assistant prefix gets a 400, as an engine without prefill answers), hang, json=<raw JSON text>,
 tool=<name>, args=<json>, first_error (the first SSE event is an error), cut_after=N,
 stall_after=N, chunks=N
 (the text is split into N pieces; per=K: K words a piece instead), gap=S (between
@@ -168,6 +169,9 @@ class Engine:
             await asyncio.sleep(float(d["fresh_delay"]))
         if "hang" in d:
             await asyncio.sleep(3600)
+        if "no_prefill" in d and msgs[-1].get("role") == "assistant":
+            err = {"object": "error", "message": "assistant prefill is not supported", "code": 400}
+            return web.json_response(err, status=400)
         if "status" in d:
             status = int(d["status"])
             err = {

@@ -46,3 +46,38 @@ def test_headline_runs_and_reports_every_target(tmp_path: Path) -> None:
         assert requests >= 3 + 2 * 3 and tokens > 0  # its raw target's, and every gateway's
     md = (tmp_path / "headline.md").read_text()
     assert "| stream c=2 | gateway |" in md and "latency p99 <= standard's" in md
+
+
+def test_the_task_mix_runs_and_judges_each_kind(tmp_path: Path) -> None:
+    argv = [
+        sys.executable,
+        "-m",
+        "evals",
+        "headline",
+        "--mix",
+        "tasks",
+        "--requests",
+        "6",  # one prompt of each kind
+        "--clients",
+        "2",
+        "--modes",
+        "plain",
+        "--time-scale",
+        "0.05",
+        "--faults",
+        "bad_json=1.0,bad_tool=1.0",
+        "--no-hedge-target",
+        "--out",
+        str(tmp_path),
+    ]
+    r = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr[-2000:]
+    raw = json.loads((tmp_path / "headline.json").read_text())
+    kinds = {s["kind"] for s in raw["samples"]}
+    assert kinds == {"chat", "code", "tools", "json", "summary", "reasoning"}
+    cell = raw["cells"]["plain c=2"]
+    # the fast tier's JSON and tool call are broken; the gateway delivers neither
+    assert cell["fast (raw)"]["defects"]["bad_json"] == 1
+    assert cell["fast (raw)"]["defects"]["bad_tool"] == 1
+    assert sum(cell["gateway"]["defects"].values()) == 0 and cell["gateway"]["errors"] == 0
+    assert "Per kind of request" in (tmp_path / "headline.md").read_text()

@@ -212,33 +212,23 @@ def test_broken_stream_is_continued_on_hosted_tier_by_prefill(hosted: Any) -> No
     assert body["messages"][-1]["role"] == "assistant"  # the prefill
 
 
-def test_no_prefill_model_ends_with_the_real_failure(hosted: Any) -> None:
-    """A hosted model that takes no prefill is never asked to continue: the stream ends
-    with an error event naming the real failure, not a 400 from a refused prefill."""
+def test_no_prefill_model_restarts_and_the_client_gets_its_whole_answer(hosted: Any) -> None:
+    """A hosted model that takes no prefill is never asked to continue: a stream broken
+    after its first bytes restarts there, and the client gets only what it had not seen
+    (the hosted answer begins with the text sent): the whole answer, no error event."""
     reset_fake(hosted.anthropic)
-    body = json.dumps(
-        {
-            "model": "auto",
-            "stream": True,
-            "messages": [
-                {
-                    "role": "user",
-                    "content": f"q [[*: text={ANSWER}; per=1]] [[highspeed: "
-                    "error_after=25; gap=0.01]]",
-                }
-            ],
-        }
-    ).encode()
-    req = urllib.request.Request(
-        f"{hosted.url}/v1/chat/completions",
-        data=body,
-        headers={"Content-Type": "application/json", "x-test": "noprefill"},
+    headers, events, comments = sse(
+        hosted.url,
+        f"q [[*: text={ANSWER}; per=1]] [[highspeed: error_after=25; gap=0.01]]",
+        extra_headers={"x-test": "noprefill"},
     )
-    with urllib.request.urlopen(req, timeout=20) as r:
-        raw = r.read().decode()
-    assert "stream_broken" in raw and "stream_error" in raw and "400" not in raw
-    assert raw.rstrip().splitlines()[-1].startswith(": x-gateway-fallback highspeed:stream_error")
-    assert received(hosted.anthropic) == []
+    assert headers["x-gateway-finish"] == "restart hosted2"  # known before the first byte
+    assert content(events) == ANSWER
+    assert not [e for e in events if isinstance(e, dict) and "error" in e]
+    assert ": x-gateway-finish restart hosted2" in comments
+    assert ": x-gateway-fallback highspeed:stream_error -> hosted2" in comments
+    (got,) = received(hosted.anthropic)  # one request: the restart, never a prefill
+    assert got["body"]["messages"][-1]["role"] == "user"
 
 
 def _open(anthropic: str, path: str, body: dict[str, Any], stream: bool, total: float = 20) -> Any:

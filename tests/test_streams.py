@@ -21,8 +21,15 @@ from tests.test_e2e_proxy import engine_requests, reset
 ANSWER = " ".join(f"word{i}" for i in range(40))
 
 
-def sse(gateway: str, content: str, **extra: Any) -> tuple[dict[str, str], list[Any], list[str]]:
-    """POST a streaming chat request; return headers, the data events, the comment lines."""
+def sse(
+    gateway: str,
+    content: str,
+    key: str | None = None,
+    extra_headers: dict[str, str] | None = None,
+    **extra: Any,
+) -> tuple[dict[str, str], list[Any], list[str]]:
+    """POST a streaming chat request (with an API ``key``, where tenancy is on); return
+    headers, the data events, the comment lines."""
     body = json.dumps(
         {
             "model": "auto",
@@ -31,9 +38,10 @@ def sse(gateway: str, content: str, **extra: Any) -> tuple[dict[str, str], list[
             "messages": [{"role": "user", "content": content}],
         }
     ).encode()
-    req = urllib.request.Request(
-        f"{gateway}/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
-    )
+    head = {"Content-Type": "application/json", **(extra_headers or {})}
+    if key is not None:
+        head["Authorization"] = f"Bearer {key}"
+    req = urllib.request.Request(f"{gateway}/v1/chat/completions", data=body, headers=head)
     with urllib.request.urlopen(req, timeout=20) as r:
         headers = {k.lower(): v for k, v in r.headers.items()}
         raw = r.read().decode()
@@ -77,7 +85,7 @@ def held(engines: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> I
     """A gateway whose default rule holds back the first tokens of every stream."""
     rules = rules_for_tests()
     rules["default"]["hold_back"] = True
-    rules["default"].pop("hedge_after", None)
+    rules["default"]["hedge_after"] = None
     proc, url = start_gateway(tmp_path_factory.mktemp("gw"), rules, engines)
     yield url
     proc.stop()

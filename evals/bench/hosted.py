@@ -50,7 +50,7 @@ def rules(raw: str, anthropic: str, upstream_stream: bool = True) -> dict[str, A
             "upstream_stream": upstream_stream,
         },
     }
-    data["default"].pop("hedge_after", None)
+    data["default"]["hedge_after"] = None
     return data
 
 

@@ -20,6 +20,7 @@ _MAX_CANDIDATES: Final = 4
 _LETTER: Final = re.compile(r"[^\W\d_]")  # any letter, CJK included
 _NONZERO_DIGIT: Final = re.compile(r"[1-9]")  # each read as 0: every index is kept
 _ZEROS: Final = bytes.maketrans(b"123456789", b"000000000")
+_CLOSING: Final = " \t\r\n\"']})"  # what may follow a loop that ran to a value's end
 NUMBERED_MIN_UNIT: Final = 12
 """Shortest unit of a numbered loop: a counted item ("4. Restart the server."), not a
 counter with a word ("word1 word2 ...", "item 1, item 2, ...")."""
@@ -110,9 +111,14 @@ def _find_loop(text: str, st: RepetitionSettings, numbered: bool = False) -> _Lo
     max_period = st.max_period
     repeats = st.min_repeats
     stride = max(st.probe_stride, -(-n // st.max_probes))
-    # Trailing whitespace would hide a loop from the end probe: probe before it as well.
+    # Trailing whitespace would hide a loop from the end probe: probe before it as well;
+    # and before what closes a JSON string, array or object (a loop inside a JSON value
+    # ends the answer as much as one at its end does).
     end = len(text.rstrip()) if text[-1].isspace() else n
+    closed = len(text.rstrip(_CLOSING))
     anchors = list(range(min_span, end, stride))
+    if min_span <= closed < end:
+        anchors.append(closed)
     if end >= min_span:
         anchors.append(end)
     if end < n:

@@ -45,7 +45,8 @@ from gateway.dispatch.call import Call
 from gateway.dispatch.complete import Completer
 from gateway.dispatch.continuation import Continuer
 from gateway.dispatch.fallback import all_failed, verdict
-from gateway.dispatch.hedge import BothFailed, HedgeBudget, race
+from gateway.dispatch.finish import plan
+from gateway.dispatch.hedge import BothFailed, HedgeBudget, HedgeWatch, race
 from gateway.dispatch.opening import Opening, StreamOpener
 from gateway.dispatch.outcome import BridgePlan, Failure, Outcome, Trail
 from gateway.dispatch.relay import StreamRelay
@@ -165,6 +166,7 @@ class Dispatcher:
             return await self._opener.open(call, pool, body, how, trail)
 
         tier, start = await self._run(call, call.d.tiers, attempt, trail, hedge=True)
+        trail.finish = plan(call, self._pools, tier, held=self._hold(call, tier) > 0)
         cont = Continuer(call, self._pools, self._opener, self._run, self._repetition)
         return StreamRelay(call, tier, start, trail, cont)
 
@@ -228,7 +230,8 @@ class Dispatcher:
         self, call: Call, tiers: tuple[str, ...], attempt: Attempt[T], trail: Trail
     ) -> tuple[str, T]:
         """The first two tiers, the second started once the first is slow to a token."""
-        first = self._how(call, tiers, tiers[0], hedge=True)
+        watch = HedgeWatch(self.book.p90(tiers[1], "ttft") or HEDGE_AUTO_UNSEEN)
+        first = replace(self._how(call, tiers, tiers[0], hedge=True), watch=watch)
         second = self._how(call, tiers, tiers[1])
         assert first.first_token is not None
         delay = self._hedge_delay(call.d.hedge_after, tiers[0])
@@ -242,6 +245,7 @@ class Dispatcher:
                 first.first_token,
                 delay,
                 self.hedges.take,
+                watch,
             )
         finally:
             _overlapping_waits(trail, waits)
@@ -263,6 +267,8 @@ class Dispatcher:
                 raise  # its circuit just opened: no retry into it
             if time.monotonic() + wait + MIN_ATTEMPT_S > how.until:
                 raise
+            if not self._retry_sooner(tier, wait, how.watch):
+                raise  # the next tier would answer before the retry could: it goes now
         await self._sleep(wait, trail)
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self._cfg.same_tier_retries) | _StopAt(how.until),
@@ -278,6 +284,16 @@ class Dispatcher:
             with a:
                 return await self._timed(tier, attempt, how, trail)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _retry_sooner(self, tier: str, wait: float, watch: HedgeWatch | None) -> bool:
+        """Whether a retry of a hedged first tier after ``wait`` would have its first token
+        before the next tier would (then the hedge holds back while it waits)."""
+        if watch is None or watch.fired:
+            return True  # not hedged, or the hedge runs already: the first answer wins
+        if wait + (self.book.p90(tier, "ttft") or 0.0) > watch.next_ttft:
+            return False
+        watch.retry_at = time.monotonic() + wait
+        return True
 
     def _wait(self, e: BaseException | None, retry: int) -> float:
         """The wait before the ``retry``-th retry of a tier: the engine's ``Retry-After``
@@ -296,8 +312,13 @@ class Dispatcher:
 
     @staticmethod
     async def _sleep(seconds: float, trail: Trail) -> None:
-        trail.backoff_s += seconds
-        await asyncio.sleep(seconds)
+        """A deliberate wait, reported as what was really waited: all of it, or the part
+        before it was cut short (a hedge that won meanwhile cancels it)."""
+        t0 = time.monotonic()
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            trail.backoff_s += min(seconds, time.monotonic() - t0)
 
     async def _timed(self, tier: str, attempt: Attempt[T], how: Opening, trail: Trail) -> T:
         t0 = time.perf_counter()

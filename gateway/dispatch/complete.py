@@ -65,7 +65,9 @@ class Completer:
                 usage = {"include_usage": True}
                 body = orjson.dumps(call.body_for(pool, stream=True, stream_options=usage))
             try:
-                s = await self._opener.open(call, pool, body, how, trail)
+                s = await self._opener.open(
+                    call, pool, body, replace(how, continuing=bool(salvage)), trail
+                )
             except AttemptFailed as e:
                 if isinstance(e.partial, StreamState):  # e.g. a loop in the first read
                     self._keep(call, pool.name, e.partial, e, trail)

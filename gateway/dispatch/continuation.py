@@ -10,7 +10,10 @@ completions: the prefix is appended to the prompt. Usage is always requested, to
 both tiers up.
 
 A tier configured with ``continuation: off``, or one that refused a continuation with a
-4xx (learned, until its pool is rebuilt), is never sent one.
+4xx (learned, until its pool is rebuilt), is never sent one. A stream the client has bytes
+of is finished there another way (:mod:`gateway.dispatch.finish`: a continuation prompt,
+or the request restarted and what the client has skipped); a non-streamed answer starts
+over there.
 
 A continuation may be opened ahead (:class:`Ahead`): when the loop guard starts holding a
 candidate loop, the next tier is asked at once to continue the text before it, so that a
@@ -24,6 +27,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -32,6 +36,7 @@ from gateway.checks.config import RepetitionSettings
 from gateway.checks.repetition import find_loop_start
 from gateway.dispatch.call import Call
 from gateway.dispatch.fallback import reason, verdict
+from gateway.dispatch.finish import Way, finishable, prompt_body, restart_body, streamed, way
 from gateway.dispatch.opening import Opening, StreamOpener, StreamStart
 from gateway.dispatch.outcome import Trail
 from gateway.upstream.failures import AttemptFailed, NoContinuation
@@ -71,16 +76,10 @@ def continuation_body(call: Call, pool: Pool, prefix: str, sent_tokens: int) -> 
         if not isinstance(prompt, str):
             return None
         body["prompt"] = prompt + prefix
-    body["stream"] = True  # a continuation is read as a stream, also for a non-streamed call
-    body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
-    caps: list[int] = []
-    for key in ("max_tokens", "max_completion_tokens"):
-        if isinstance(body.get(key), int):
-            body[key] = max(1, body[key] - sent_tokens)
-            caps.append(body[key])
-    if isinstance(body.get("min_tokens"), int):  # SGLang's and vLLM's; over max_tokens: a 400
-        body["min_tokens"] = min(max(0, body["min_tokens"] - sent_tokens), *caps)
-    return orjson.dumps(body)
+    if req.facts.json_mode:  # a grammar starts a new value: the text sent goes on unbound
+        body.pop("response_format", None)  # (the whole answer is judged as JSON all the same)
+    # a continuation is read as a stream, also for a non-streamed call
+    return orjson.dumps(streamed(body, sent_tokens))
 
 
 class Continuer:
@@ -119,6 +118,11 @@ class Continuer:
             self._pools[t].tier.continuation != "off" and self._pools[t].continues for t in later
         )
 
+    def finishable(self, after: str) -> bool:
+        """Whether a stream broken on ``after`` could be finished on a later tier at all
+        (continued, prompted or restarted: :mod:`gateway.dispatch.finish`)."""
+        return finishable(self._call, self._call.d.tiers, after)
+
     def loop_start(self, state: StreamState) -> int | None:
         """Where the loop in a stream's text begins (the clean text is before it)."""
         return find_loop_start(state.text(), self._repetition, state.finish_reason == "length")
@@ -134,7 +138,8 @@ class Continuer:
         if not self.wants_ahead:
             return
         self._aheads += 1
-        if prefix.strip() and time.monotonic() < self._call.deadline_at and self.possible(after):
+        can = self.possible(after) if keep_events else self.finishable(after)
+        if prefix.strip() and time.monotonic() < self._call.deadline_at and can:
             self.ahead = Ahead(self, after, prefix, sent_tokens, keep_events)
 
     def drop_ahead(self) -> None:
@@ -162,15 +167,20 @@ class Continuer:
         return taken
 
     async def open(
-        self, after: str, prefix: str, sent_tokens: int, trail: Trail, keep_events: bool = False
+        self,
+        after: str,
+        prefix: str,
+        sent_tokens: int,
+        trail: Trail,
+        keep_events: bool = False,
     ) -> tuple[str, StreamStart]:
         """A stream from the tiers after ``after`` that continues the assistant ``prefix``
-        (``keep_events``: for a non-streamed answer, to be assembled). Raises
+        (``keep_events``: for a non-streamed answer, to be assembled, by continuation only;
+        else the client's stream, finished any way a tier can: :mod:`finish`). Raises
         :class:`AttemptFailed` (never a client-error relay) when none can."""
         tiers = self._call.d.tiers
-        return await self.open_on(
-            tiers[tiers.index(after) + 1 :], prefix, sent_tokens, trail, keep_events
-        )
+        later = tiers[tiers.index(after) + 1 :]
+        return await self.open_on(later, prefix, sent_tokens, trail, keep_events, not keep_events)
 
     async def open_on(
         self,
@@ -179,35 +189,69 @@ class Continuer:
         sent_tokens: int,
         trail: Trail,
         keep_events: bool = False,
+        finish: bool = False,
     ) -> tuple[str, StreamStart]:
-        """:meth:`open` on ``tiers``, in order."""
+        """:meth:`open` on ``tiers``, in order; by continuation only, unless ``finish``."""
         call = self._call
 
         async def attempt(tier: str, how: Opening) -> StreamStart:
             pool = self._pools[tier]
-            body = continuation_body(call, pool, prefix, sent_tokens)
-            if body is None:
-                raise NoContinuation(f"tier {tier} cannot continue a stream")
-            # a trickle fails it where a tier after it can continue (a hand-back's)
+            # a trickle fails it where a tier after it can take over (a hand-back's)
+            guard = self.finishable(tier) if finish else self.possible(tier)
             how = Opening(
                 hold_tokens=0,
                 until=how.until,
                 deliver=False,
                 stream=not keep_events,
-                guard_rate=self.possible(tier),
+                guard_rate=guard,
+                continuing=True,
             )
-            try:
-                return await self._opener.open(call, pool, body, how, trail)
-            except AttemptFailed as e:
-                if verdict(e).next_tier:
-                    raise
-                pool.continues = False  # it refuses assistant prefixes: never ask again
-                raise NoContinuation(f"tier {tier} refused ({reason(e)})") from None
+            w = way(call, pool)
+            if w == "continue":
+                try:
+                    return await self._continued(pool, prefix, sent_tokens, how, trail)
+                except NoContinuation:
+                    if not (finish and not pool.continues):
+                        raise
+                    w = way(call, pool)  # it refused: finish it another way there
+            if not finish:
+                raise NoContinuation(f"tier {tier} cannot continue a stream")
+            return await self._finished(pool, w, prefix, sent_tokens, how, trail)
 
         if not tiers:
             raise NoContinuation("no tier left")
         result: tuple[str, StreamStart] = await self._run(call, tiers, attempt, trail)
         return result
+
+    async def _continued(
+        self, pool: Pool, prefix: str, sent_tokens: int, how: Opening, trail: Trail
+    ) -> StreamStart:
+        """The continuation of ``prefix`` on ``pool``; a 4xx to it is learned (never again)."""
+        body = continuation_body(self._call, pool, prefix, sent_tokens)
+        if body is None:
+            raise NoContinuation(f"tier {pool.name} cannot continue a stream")
+        try:
+            s = await self._opener.open(self._call, pool, body, how, trail)
+        except AttemptFailed as e:
+            if verdict(e).next_tier:
+                raise
+            pool.continues = False  # it refuses assistant prefixes: never ask again
+            log.info("tier %s refused a continuation (%s): not asked again", pool.name, reason(e))
+            raise NoContinuation(f"tier {pool.name} refused ({reason(e)})") from None
+        s.way = "continue"
+        return s
+
+    async def _finished(
+        self, pool: Pool, w: Way, prefix: str, sent_tokens: int, how: Opening, trail: Trail
+    ) -> StreamStart:
+        """A tier that cannot continue ``prefix``: asked to by its prompt, or restarted."""
+        body = prompt_body(self._call, pool, prefix, sent_tokens) if w == "prompt" else None
+        if body is None:  # a restart is an answer's beginning: judged as one
+            w, body = "restart", restart_body(self._call, pool)
+            how = replace(how, continuing=False)
+        s = await self._opener.open(self._call, pool, body, how, trail)
+        s.way = w
+        return s
 
 
 class Ahead:

@@ -5,12 +5,17 @@ passes its checks wins and the loser's connection is closed (its engine stops).
 A token bucket caps hedges to a share of traffic, so an overloaded fast tier cannot
 double the standard tier's load: each request earns ``share`` of a hedge, up to
 ``burst`` saved.
+
+A same-tier retry after a transient fault (a 429's ``Retry-After``) and the hedge are
+weighed, not raced blindly (:class:`HedgeWatch`): whichever would answer sooner goes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from gateway.upstream.failures import AttemptFailed
@@ -40,6 +45,19 @@ class HedgeBudget:
         return True
 
 
+@dataclass(slots=True)
+class HedgeWatch:
+    """What a hedged first attempt and its race tell each other, so that a same-tier retry
+    that honours a ``Retry-After`` and the hedge never cancel each other blindly: the first
+    attempt, told when the next tier would have a first token, retries only where that is
+    sooner (else it gives up at once and the next tier answers); while its retry waits, the
+    race holds the hedge back until the retry has had the hedge's delay too."""
+
+    next_ttft: float  # seconds the next tier is expected to take to its first token
+    retry_at: float = 0.0  # monotonic: a same-tier retry starts then
+    fired: bool = False  # the hedge fired: a retry now runs beside it, the first answer wins
+
+
 class BothFailed(Exception):
     def __init__(self, last: AttemptFailed):
         super().__init__(str(last))
@@ -52,6 +70,7 @@ async def race(
     first_token: asyncio.Event,
     delay: float,
     allow: Callable[[], bool],
+    watch: HedgeWatch | None = None,
 ) -> tuple[int, bool, T]:
     """``first``'s answer, or when it has no token after ``delay`` (and ``allow()``), the
     first good answer of ``first`` and ``second`` run side by side: (which won, whether
@@ -61,11 +80,18 @@ async def race(
     t1: asyncio.Future[T] = asyncio.ensure_future(first())
     try:
         await _until_done_or(t1, delay)
+        while watch is not None and not (t1.done() or first_token.is_set()):
+            hold = watch.retry_at + delay - time.monotonic()  # a Retry-After is honoured:
+            if hold <= 0:  # the retry gets the hedge's delay too
+                break
+            await _until_done_or(t1, hold)
         if t1.done() or first_token.is_set() or not allow():
             return 0, False, await t1
     except BaseException:
         _drop_unused(None, t1)  # it answered as the client left: give its slot back
         raise
+    if watch is not None:
+        watch.fired = True
     t2: asyncio.Future[T] = asyncio.ensure_future(second())
     pending: set[asyncio.Future[Any]] = {t1, t2}
     last: AttemptFailed | None = None

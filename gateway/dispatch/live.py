@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gateway.checks.base import Check, CheckResult, Output, RequestFacts, run_checks
+from gateway.checks.base import Check, CheckResult, Output, RequestFacts, fail, run_checks, snippet
 from gateway.upstream.sse import StreamState
 
 INCREMENTAL = ("repetition", "template_leak")  # checks that make sense on a partial answer
@@ -24,10 +24,18 @@ class LiveChecks:
     runs on the tail window each time ``every`` new characters have arrived.
     """
 
-    __slots__ = ("_every", "_facts", "_last", "_leak", "_periodic", "_seen", "_window")
+    __slots__ = ("_every", "_facts", "_json", "_last", "_leak", "_periodic", "_seen", "_window")
     _OVERLAP = 32  # longer than any template token
 
-    def __init__(self, checks: Sequence[Check], facts: RequestFacts, every: int, window: int):
+    def __init__(
+        self,
+        checks: Sequence[Check],
+        facts: RequestFacts,
+        every: int,
+        window: int,
+        fresh: bool = True,
+    ):
+        """``fresh``: the text is an answer's beginning (not another tier's continuation)."""
         self._leak = [c for c in checks if c.name == "template_leak"]
         self._periodic = [c for c in checks if c.name in INCREMENTAL and c.name != "template_leak"]
         self._facts = facts
@@ -35,11 +43,28 @@ class LiveChecks:
         self._window = window
         self._last = 0  # chars at the last periodic run
         self._seen = 0  # chars the per-batch checks have seen
+        # JSON mode: the answer's first character says already whether it is JSON at all
+        self._json = fresh and facts.json_mode and any(c.name == "json_valid" for c in checks)
 
     def __bool__(self) -> bool:
-        return bool(self._leak or self._periodic)
+        return bool(self._leak or self._periodic or self._json)
+
+    def _json_start(self, state: StreamState) -> CheckResult | None:
+        """``json_valid``'s verdict on the first character: JSON begins with { or [ (a
+        Markdown fence or a sentence in front is not JSON, however it goes on)."""
+        head = state.text()[:256].lstrip()
+        if not head:
+            return None
+        self._json = False  # once
+        if head[0] in "{[":
+            return None
+        return fail("json_valid", f"JSON mode, and the answer begins with {snippet(head, 24)}")
 
     def maybe_run(self, state: StreamState) -> CheckResult | None:
+        if self._json and state.chars:
+            bad = self._json_start(state)
+            if bad is not None:
+                return bad
         if self._leak and state.chars > self._seen:
             new = state.tail(state.chars - self._seen + self._OVERLAP)
             self._seen = state.chars

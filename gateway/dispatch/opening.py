@@ -16,6 +16,7 @@ from gateway.checks.base import CheckResult
 from gateway.dispatch.budget import MIN_ATTEMPT_S, LatencyBook
 from gateway.dispatch.call import Call
 from gateway.dispatch.fallback import verdict
+from gateway.dispatch.hedge import HedgeWatch
 from gateway.dispatch.live import LiveChecks
 from gateway.dispatch.outcome import BridgePlan, Trail
 from gateway.dispatch.rate import RateGuard
@@ -49,6 +50,8 @@ class Opening:
     first_token: asyncio.Event | None = None  # set when the first token arrived (hedging)
     guard_rate: bool = False  # another tier can take over: a trickling stream fails
     bridge: BridgePlan | None = None  # a hedge's second tier: it may hand back (bridge.py)
+    watch: HedgeWatch | None = None  # a hedge's first tier: its retry and the hedge weighed
+    continuing: bool = False  # it continues another tier's text (not an answer's beginning)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -66,6 +69,7 @@ class StreamStart:
     waited_s: float = 0.0  # time spent waiting on the engine (the rest is the gateway's own)
     rate: RateGuard | None = None  # the tier's minimum rate, where another tier can take over
     since: float = field(default_factory=time.monotonic)  # when it took its slot
+    way: str | None = None  # finishing another tier's stream: continue, prompt or restart
 
     def discard(self) -> None:
         """Not used after all (a hedge's other answer won): close it, free the slot."""
@@ -96,20 +100,7 @@ class StreamOpener:
             raise QueueTimeout("no time left after the queue")
         ttft = min(pool.tier.timeouts.ttft, call.d.ttft_budget, remaining)
         cfg = pool.tier.stream
-        s = StreamStart(
-            up=_Closed(),
-            head=b"",
-            framer=SSEFramer(pool.tier.max_event_bytes, pool.tier.max_answer_bytes),
-            state=StreamState(call.req.kind == "chat"),
-            live=LiveChecks(
-                call.checks, call.req.facts, cfg.check_every_chars, cfg.check_window_chars
-            ),
-            pool=pool,
-            replica=rep,
-        )
-        if not how.stream:
-            s.state.events = []
-        s.rate = RateGuard.of(pool.tier.timeouts) if how.guard_rate else None
+        s = _start(call, pool, rep, how)
         t0 = time.perf_counter()
         try:
             async with asyncio.timeout(ttft):
@@ -163,6 +154,30 @@ class StreamOpener:
         if state.done:  # all of it is here: every check of the rule
             return self._tel.run_checks(call.checks, state.output(), call.req.facts)
         return s.live.run(state)
+
+
+def _start(call: Call, pool: Pool, rep: Replica, how: Opening) -> StreamStart:
+    """A stream about to be opened on ``rep``, with its framer, state, checks and rate."""
+    cfg = pool.tier.stream
+    s = StreamStart(
+        up=_Closed(),
+        head=b"",
+        framer=SSEFramer(pool.tier.max_event_bytes, pool.tier.max_answer_bytes),
+        state=StreamState(call.req.kind == "chat"),
+        live=LiveChecks(
+            call.checks,
+            call.req.facts,
+            cfg.check_every_chars,
+            cfg.check_window_chars,
+            fresh=not how.continuing,
+        ),
+        pool=pool,
+        replica=rep,
+    )
+    if not how.stream:
+        s.state.events = []
+    s.rate = RateGuard.of(pool.tier.timeouts) if how.guard_rate else None
+    return s
 
 
 class _Closed:

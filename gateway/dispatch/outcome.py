@@ -67,6 +67,8 @@ class Trail:
     continued: str | None = None  # "<tier>:<chars>": the answer continues that tier's text
     bridge: BridgePlan | None = None  # a hedge's second tier is answering: it may hand back
     bridged: str | None = None  # "<tier>:<chars>": a hedge's second tier handed back after
+    finish: str | None = None  # a stream's plan for a break after its first byte (finish.py)
+    finished: str | None = None  # "<way> <tier>": how a break after the first byte was finished
 
     @property
     def fallback_reason(self) -> str | None:

@@ -28,12 +28,13 @@ from gateway.dispatch.bridge import bridge
 from gateway.dispatch.call import Call
 from gateway.dispatch.continuation import Continuer
 from gateway.dispatch.fallback import reason, verdict
+from gateway.dispatch.finish import separator
 from gateway.dispatch.loopguard import LoopGuard
 from gateway.dispatch.opening import StreamStart
 from gateway.dispatch.outcome import Failure, Trail, describe_fallback
-from gateway.dispatch.splice import DONE, Splice
+from gateway.dispatch.splice import DONE, Restart, Splice
 from gateway.errors import GatewayError, StreamBroken, error_body
-from gateway.headers import H_CONTINUED, H_COST, H_FALLBACK
+from gateway.headers import H_CONTINUED, H_COST, H_FALLBACK, H_FINISH
 from gateway.upstream.failures import (
     AttemptFailed,
     ClientSlow,
@@ -145,13 +146,21 @@ class StreamRelay:
         self._mark_sent(nxt.state)
         return nxt
 
-    async def _switch(self, sink: Sink, nxt: StreamStart, first: StreamState, echo: str) -> None:
+    async def _switch(
+        self,
+        sink: Sink,
+        nxt: StreamStart,
+        first: StreamState,
+        echo: str,
+        restart: Restart | None = None,
+    ) -> None:
         """Relay ``nxt`` from here on, dressed as ``first`` (the stream the client has);
-        ``echo``: the prefix ``nxt``'s engine may repeat in front of its text."""
+        ``echo``: the prefix ``nxt``'s engine may repeat in front of its text (a restart:
+        the separator in front of one that does not begin with it)."""
         self._active, self._last, self._pool = nxt, nxt.state, nxt.pool
         if self._guard is not None:
             self._guard = LoopGuard()  # the new stream's own text
-        self._splice = Splice(first, echo, self.sent_tokens, self.call.wants_usage)
+        self._splice = Splice(first, echo, self.sent_tokens, self.call.wants_usage, restart)
         head = self._splice.rewrite(data_payloads(nxt.head))
         if head:
             await sink.write(head)
@@ -258,7 +267,8 @@ class StreamRelay:
         return self._sent.tokens_for(self.sent_chars, self._sent_events)
 
     def _can_continue(self) -> bool:
-        return time.monotonic() < self.call.deadline_at and self._cont.possible(self.tier)
+        """A later tier could finish this stream if it broke now (:mod:`finish`)."""
+        return time.monotonic() < self.call.deadline_at and self._cont.finishable(self.tier)
 
     # -- recovery ----------------------------------------------------------------------------
     async def _recover(self, sink: Sink, broken: StreamStart, b: _Broken) -> None:
@@ -285,7 +295,12 @@ class StreamRelay:
                 sink, f"The stream broke off: {why}; continuing it on another tier failed too."
             )
             return
-        await self._switch(sink, nxt, state, prefix)
+        self.trail.finished = f"{nxt.way} {self.tier}"
+        if nxt.way == "restart":  # a new answer: what the client has is its "echo"
+            sent = text[: self.sent_chars]
+            await self._switch(sink, nxt, state, sent, Restart(len(prefix), separator(sent)))
+        else:
+            await self._switch(sink, nxt, state, prefix)
         try:
             await self._pump(nxt, sink)
             self._release(ok=True)
@@ -332,7 +347,13 @@ class StreamRelay:
         cost = self.cost()
         if cost is not None:
             await sink.write(f": {H_COST} {cost:.9f}\n\n".encode())
-        fb = describe_fallback(self.trail.failures, self.tier)
+        finished = self.trail.finished  # how a break after the first byte was finished
+        if finished is not None:
+            diverged = self._splice is not None and self._splice.diverged
+            finished += " diverged" if diverged else ""
+            await sink.write(f": {H_FINISH} {finished}\n\n".encode("ascii", "replace"))
+        # the tier that answered: none when the stream ended with the error event
+        fb = describe_fallback(self.trail.failures, "none" if self.broken else self.tier)
         if fb:
             await sink.write(f": {H_FALLBACK} {fb}\n\n".encode("ascii", "replace"))
         if self.trail.bridged:

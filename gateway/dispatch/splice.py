@@ -3,11 +3,13 @@
 Continuation events are dressed as the first stream's (same ``id``/``model``/``created``),
 role-only chunks are dropped, the prefix an engine repeats in front of its continuation
 is stripped (llama.cpp does; SGLang and vLLM don't), and the usage chunk adds both tiers
-up.
+up. A restarted answer (``gateway.dispatch.finish``) is spliced the same way: the text the
+client has is its "echo", skipped where the new answer begins with it.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -15,6 +17,25 @@ import orjson
 from gateway.upstream.sse import StreamState
 
 DONE = b"data: [DONE]\n\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Restart:
+    """A stream spliced in is a new answer, not a continuation (``gateway.dispatch.finish``):
+    it goes on after the text the client has where it begins with at least that text's
+    first ``good`` characters (the text before a loop), else whole, after ``separator``."""
+
+    good: int
+    separator: str
+
+
+def _common(a: str, b: str) -> int:
+    """The length of the prefix ``a`` and ``b`` share."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
 
 
 class Splice:
@@ -25,11 +46,22 @@ class Splice:
         "_first_tokens",
         "_first_usage",
         "_held",
+        "_restart",
+        "diverged",
         "merged",
         "wants_usage",
     )
 
-    def __init__(self, first: StreamState, prefix: str, sent_tokens: int, wants_usage: bool):
+    def __init__(
+        self,
+        first: StreamState,
+        prefix: str,
+        sent_tokens: int,
+        wants_usage: bool,
+        restart: Restart | None = None,
+    ):
+        """``prefix``: what the engine may repeat in front of its text (a restart: all the
+        text the client has)."""
         self._first = first
         self._chat = first.chat
         self._echo: str | None = prefix or None  # the prefix, while it may still be repeated
@@ -38,6 +70,8 @@ class Splice:
         self._first_usage = first.usage
         self.wants_usage = wants_usage
         self.merged: dict[str, Any] | None = None
+        self._restart = restart
+        self.diverged = False  # a restart that began otherwise went out whole
 
     def rewrite(self, payloads: list[bytes]) -> bytes:
         out: list[bytes] = []
@@ -82,6 +116,13 @@ class Splice:
         else:  # no echo after all: give back what was held
             holder[key] = text
             self._echo, self._held = None, ""
+            r = self._restart
+            if r is not None:  # a restart: after the good text it shares, or whole
+                k = _common(text, echo)
+                if k >= max(r.good, 1):
+                    holder[key] = text[k:]
+                else:
+                    holder[key], self.diverged = r.separator + text, True
 
     def merge_usage(self, u2: dict[str, Any]) -> dict[str, Any]:
         self.merged = merge_usage(self._first_usage, self._first_tokens, u2)

@@ -12,7 +12,8 @@ import orjson
 from gateway.request.model import parse_chat, parse_completion
 from gateway.routing.classify import Classifier
 from gateway.routing.router import Router
-from gateway.rules.schema import Rules
+from gateway.rules.effective import route_settings
+from gateway.rules.schema import Route, Rules
 from gateway.tenancy.tenants import OPEN, Effective
 
 
@@ -38,6 +39,9 @@ def explain(
     out = asdict(d)
     out["cls"] = asdict(cls)
     out["route_header"] = d.route_header
+    route = _route(rules, d.rule, eff or OPEN)
+    if route is not None:  # the rule's settings with its defaults filled in
+        out["settings"] = route_settings(route, rules)
     # the model's view even where a header, the shape or a cue decided
     out["classifier"] = {
         "decided_by": cls.task_source,
@@ -50,3 +54,13 @@ def explain(
             if name != "rules"
         }
     return out
+
+
+def _route(rules: Rules, name: str, eff: Effective) -> Route | None:
+    """The rule a decision names: the tenant's own first, then the file's, else the default."""
+    if name == "default":
+        return rules.default
+    for r in (*(eff.policy.rules or ()), *rules.rules):
+        if r.name == name:
+            return r
+    return None

@@ -124,6 +124,7 @@ class Router:
         if p.fallback_enabled is False:
             chain = chain[:1]
             why.append(f"fallback off ({eff.who('fallback_enabled')})")
+        checks = _checks(rule.guarded_checks(len(chain) > 1), eff)  # the guards need a fallback
         tiers = tuple(t for t in chain if healthy.get(t, True))
         skipped = [t for t in chain if t not in tiers]
         if skipped:
@@ -134,7 +135,7 @@ class Router:
         return RouteDecision(
             rule=name,
             tiers=tiers,
-            checks=_checks(rule.checks, eff),
+            checks=checks,
             deadline=sla.deadline,
             ttft_budget=sla.ttft_budget,
             reason=" ".join(why),

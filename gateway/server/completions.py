@@ -38,6 +38,7 @@ from gateway.errors import (
 )
 from gateway.headers import H_REQUEST_ID, H_SHOULD_RETRY
 from gateway.request.model import ClientRequest, parse_chat, parse_completion
+from gateway.server.budgets import priced_route
 from gateway.server.cached import serve_hit
 from gateway.server.exchange import Exchange
 from gateway.server.replies import JSON, error_response, new_id, request_id
@@ -117,6 +118,8 @@ async def _serve(t: _Turn) -> web.StreamResponse:
         eff = ex.eff = await gw.access.authenticate(t.request.headers.get("Authorization"))
         req = t.ep.parse(await read_body(t.request, gw.settings))
         d = ex.d = rt.route(req, t.request.headers, eff)
+        if eff.policy.cost_budget is not None:  # only tiers whose answers can be priced
+            d = ex.d = priced_route(d, rt.pools)
         if gw.cache is not None and d.cache is not None:
             ask = Ask(req, d, eff, t.request.headers, rt.rules, rt.pools, ex.kind)
             ex.cache = await gw.cache.lookup(ask)

@@ -17,6 +17,7 @@ from gateway.headers import (
     H_CONTINUED,
     H_COST,
     H_FALLBACK,
+    H_FINISH,
     H_HEDGE,
     H_OVERHEAD,
     H_QUEUE,
@@ -85,6 +86,8 @@ class Exchange:
             h[H_CHECKS_FAILED] = t.checks_failed
         if t.continued:
             h[H_CONTINUED] = t.continued
+        if t.finish:
+            h[H_FINISH] = t.finish
         if self.cost is not None:
             h[H_COST] = usd(self.cost)
         return h

@@ -19,6 +19,7 @@ from gateway.server.embeddings import embeddings
 from gateway.server.replies import JSON, error_response, request_id
 from gateway.server.responses_api import responses
 from gateway.server.state import GATEWAY
+from gateway.upstream.capabilities import all_capabilities
 
 _KNOWN = MappingProxyType(
     {
@@ -78,6 +79,7 @@ async def readyz(request: web.Request) -> web.Response:
     if store is not None:  # degraded: still ready, serving what it knows (docs/store.md)
         body["store"] = store
     body |= {"models": models, "saturated_tiers": saturated}
+    body["capabilities"] = all_capabilities(pools)  # what a hosted tier lacks, among others
     if ok and body["saturated"] and request.app[GATEWAY].settings.unready_when_saturated:
         ok = False  # requests wait here for engine slots: new work should go elsewhere
     return web.json_response(body, status=200 if ok else 503)

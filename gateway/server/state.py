@@ -39,6 +39,7 @@ from gateway.store.redis_store import RedisStore
 from gateway.telemetry.merge import merge, read_snapshots, write_snapshot
 from gateway.telemetry.recorder import Telemetry
 from gateway.tenancy.tenants import Effective
+from gateway.upstream.capabilities import say_lacks
 from gateway.upstream.pools import Pools, TransportFactory
 
 log = logging.getLogger("gateway")
@@ -119,6 +120,7 @@ class Gateway:
         )
         tel = Telemetry(settings.otlp_endpoint, tenant_label=settings.metrics_tenant_label)
         pools = Pools(dict(rules.tiers), transport)
+        say_lacks(pools)
         gw = cls(settings, store, access, tel, _runtime(rules, pools, tel, store), transport)
         for p in pools.by_tier.values():
             p.on_models = lambda: gw.models_changed(pools)
@@ -132,6 +134,7 @@ class Gateway:
         pools = old.pools
         if rules.tiers != old.rules.tiers:
             pools = Pools(dict(rules.tiers), self.transport, self.models_changed)
+            say_lacks(pools)
             _inherit_models(pools, old.pools)
             pools.start()
             grace = max((t.timeouts.total for t in old.rules.tiers.values()), default=60)
