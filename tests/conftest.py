@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -81,8 +82,12 @@ class Proc:
             out = self.log()
             self._log.close()
             raise RuntimeError(f"{self.p.args} exited with {self.p.returncode}:\n{out}")
-        with urllib.request.urlopen(self.url, timeout=1) as r:
-            return bool(r.status == 200)
+        try:
+            with urllib.request.urlopen(self.url, timeout=1) as r:
+                return bool(r.status == 200)
+        except urllib.error.HTTPError as e:  # not ready yet (a 503): its socket is closed here
+            e.close()
+            return False
 
     def stop(self) -> None:
         if self.p.poll() is None:
