@@ -74,6 +74,7 @@ class MemoryStream:
         r = self._reply
         if self.closed:
             raise StreamCut("closed")
+        # the sleeps are the engine's behaviour under test: silence, a gap, a slow start
         if r.hang_after is not None and self._i >= r.hang_after:
             gap = self._limits.read_gap or 3600.0
             await asyncio.sleep(gap)

@@ -195,6 +195,7 @@ def test_dashboard_metrics_exist() -> None:
 def test_dashboard_labels_exist() -> None:
     """Labels in selectors and `by` clauses are ones the gateway's metrics carry."""
     exported = exported_series()
+    checked: set[str] = set()
     for expr in queries(dashboard()):
         names = [n for n in _METRIC.findall(expr) if not n.startswith("sglang:")]
         used = {lbl.strip() for group in _BY.findall(expr) for lbl in group.split(",")}
@@ -208,3 +209,6 @@ def test_dashboard_labels_exist() -> None:
         for name in names:
             labels = exported.get(name, set())
             assert used <= labels, f"{name}: {used - labels} not exported, in {expr}"
+            checked |= used
+    # the checks saw the labels the dashboard is built on (the variables, the breakdowns)
+    assert {"tier", "task", "tenant", "reason", "check", "outcome", "le"} <= checked

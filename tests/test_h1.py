@@ -24,6 +24,7 @@ from gateway.upstream.failures import (
     UpstreamRateLimited,
 )
 from gateway.upstream.transport import HttpTransport, Timeouts
+from tests.waiting import wait_until_async
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 LIMITS = Timeouts(total=5.0, connect=1.0, read_gap=1.0)
@@ -136,17 +137,22 @@ def test_an_answer_that_closes_is_not_reused(extra: bytes) -> None:
 def test_a_pooled_connection_closed_by_the_engine_is_replaced_once() -> None:
     """llama.cpp's server closes a connection after each stream, Keep-Alive or not."""
 
+    closed: list[int] = []
+
     async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         await read_request(r)
         w.write(chunked(EVENTS))
-        await w.drain()  # and close: the pooled connection is stale
+        await w.drain()
+        w.close()  # the pooled connection is stale
+        await w.wait_closed()
+        closed.append(1)
 
     async def main() -> None:
         server, url, accepted = await serve(handler)
         t = HttpTransport(10, 30)
-        for _ in range(3):
+        for i in range(3):
             assert await read_all(t, url) == b"".join(EVENTS)
-            await asyncio.sleep(0.05)
+            await wait_until_async(lambda n=i + 1: len(closed) == n, "the engine's close")
         await t.close()
         server.close()
         assert len(accepted) == 3
@@ -208,13 +214,13 @@ async def failure(handler: Handler, limits: Timeouts = LIMITS) -> AttemptFailed:
 
 async def _silent(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
     await read_request(r)
-    await asyncio.sleep(10)
+    await asyncio.sleep(10)  # silent: the timeout under test fires first
 
 
 async def _stalls(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
     await read_request(r)
     w.write(chunked(EVENTS)[:-30])
-    await asyncio.sleep(10)
+    await asyncio.sleep(10)  # stalled mid-answer: the read gap under test fires first
 
 
 async def _trickles(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
@@ -225,7 +231,7 @@ async def _trickles(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
     for _ in range(100):
         w.write(b"3\r\n: \n\r\n")
         await w.drain()
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # a comment every 0.1 s: alive, but never an answer
 
 
 async def _cut(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
@@ -300,7 +306,7 @@ def test_connections_per_engine_are_capped() -> None:
             await read_request(r)
             live[0] += 1
             peak[0] = max(peak[0], live[0])
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # generating: the requests overlap
             live[0] -= 1
             w.write(chunked(EVENTS))
             await w.drain()
@@ -363,7 +369,7 @@ async def _huge_head(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
     for _ in range(200):  # 2 MB of one header value, never ending
         w.write(b"x" * 10_000)
         await w.drain()
-    await asyncio.sleep(10)
+    await asyncio.sleep(10)  # the head never ends
 
 
 def test_an_endless_head_is_refused_early() -> None:

@@ -278,6 +278,7 @@ def test_selectors_select_their_pods(objs: list[Obj]) -> None:
             if d["kind"] == "Deployment"}  # fmt: skip
     for d in kinds(objs, "Deployment"):
         assert selects(d["spec"]["selector"]["matchLabels"], pods[d["metadata"]["name"]])
+    reached: set[tuple[str, str]] = set()  # (kind, Deployment) pairs
     for o in objs:
         if o["kind"] == "Service":
             sel = o["spec"]["selector"]
@@ -285,7 +286,12 @@ def test_selectors_select_their_pods(objs: list[Obj]) -> None:
             sel = (o["spec"].get("selector") or o["spec"]["podSelector"])["matchLabels"]
         else:
             continue
-        assert [n for n, lbl in pods.items() if selects(sel, lbl)], f"{o['kind']} selects none"
+        hit = [n for n, lbl in pods.items() if selects(sel, lbl)]
+        assert hit, f"{o['kind']} selects none"
+        reached |= {(o["kind"], n) for n in hit}
+    # every Deployment is reached through a Service; the gateway's pods have a PDB
+    assert FULL in pods and {n for k, n in reached if k == "Service"} == pods.keys()
+    assert ("PodDisruptionBudget", FULL) in reached
     for so in kinds(objs, "ScaledObject") + kinds(objs, "HorizontalPodAutoscaler"):
         assert so["spec"]["scaleTargetRef"]["name"] in pods
 
