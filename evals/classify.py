@@ -173,13 +173,38 @@ def _pct(v: float | None) -> str:
     return "-" if v is None else f"{v:.1%}"
 
 
+def noise(clf: Classifier, rows: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Accuracy on the natural prompts with the marks real prompts carry added."""
+    import random
+
+    from evals.data.classify_multilang import noisy
+
+    rnd = random.Random(99)
+    variants = {
+        "as written": lambda t: t,
+        '" (#1)" after': lambda t: t + " (#1)",
+        '"Q3: " before': lambda t: "Q3: " + t,
+        '" [id: 7731]" after': lambda t: t + " [id: 7731]",
+        "random marks (noisy())": lambda t: noisy(t, rnd),
+    }
+    return {
+        name: sum(
+            clf.classify(request({**r, "text": f(r["text"])}), {}).task == r["task"] for r in rows
+        )
+        / len(rows)
+        for name, f in variants.items()
+    }
+
+
 def _languages(nat: dict[str, Any]) -> str:
     langs = nat["languages"]
     right = sum(d["accuracy"] * d["n"] for k, d in langs.items() if k != "en")
     n = sum(d["n"] for k, d in langs.items() if k != "en")
     rows = [(k, d["n"], _pct(d["accuracy"])) for k, d in langs.items()]
     rows.append(("all but en", n, _pct(right / n if n else None)))
-    return "Natural prompts per language\n\n" + md_table(("language", "n", "accuracy"), rows)
+    out = "Natural prompts per language\n\n" + md_table(("language", "n", "accuracy"), rows)
+    marks = [(k, _pct(v)) for k, v in nat.get("noise", {}).items()]
+    return out + "\n\nNatural prompts with noise\n\n" + md_table(("prompts", "accuracy"), marks)
 
 
 def report(held: dict[str, Any], nat: dict[str, Any], lat: dict[str, Any], rules: Path) -> str:
@@ -235,6 +260,7 @@ def evaluate(a: argparse.Namespace) -> int:
     rows = load(CORPUS)
     held = score(clf, [r for r in rows if r["split"] == "test"])
     nat = score(clf, load(NATURAL))
+    nat["noise"] = noise(clf, load(NATURAL))
     lat = latency(clf, [r for r in rows if r["split"] == "test"], a.rounds)
     md = report(held, nat, lat, a.rules)
     out = a.out or default_out("classify")
