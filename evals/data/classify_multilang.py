@@ -87,6 +87,10 @@ PROMPTS: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "es": {
         "chat": (
+            "¿Qué puedo hacer en Madrid un domingo de lluvia?",
+            "Escribe un mensaje bonito de cumpleaños para mi abuelo",
+            "¿Cuál es la diferencia entre el té verde y el té negro?",
+            "Estoy en Sevilla dos días, ¿qué no me puedo perder?",
             "¿Qué me recomiendas para cenar esta noche?",
             "hola, cómo estás",
             "Cuéntame un chiste sobre gatos",
@@ -150,6 +154,10 @@ PROMPTS: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "fr": {
         "chat": (
+            "On est à Lyon ce week-end, qu'est-ce qu'on peut faire avec les enfants ?",
+            "Écris un petit mot de remerciement pour ma voisine",
+            "Quelle est la différence entre un thé vert et un thé noir ?",
+            "Qu'est-ce que je peux faire un dimanche pluvieux à Lille ?",
             "Salut, tu vas bien ?",
             "Quel temps fait-il généralement à Nice en avril ?",
             "Raconte-moi une histoire drôle",
@@ -209,6 +217,10 @@ PROMPTS: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "de": {
         "chat": (
+            "Was kann man in Köln am Wochenende mit Kindern machen?",
+            "Ich bin in Wien und habe einen Tag frei, was lohnt sich?",
+            "Schreib mir einen kurzen Text für eine Geburtstagskarte an meine Oma",
+            "Was ist der Unterschied zwischen Espresso und Filterkaffee?",
             "Hallo, wie geht's dir?",
             "Was kann ich heute Abend kochen, ich hab nur Kartoffeln und Eier",
             "Erzähl mir einen Witz",
@@ -268,6 +280,10 @@ PROMPTS: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "pt": {
         "chat": (
+            "O que fazer em Salvador num dia de chuva?",
+            "Qual é a diferença entre o gato e o leão em comportamento?",
+            "Escreve uma mensagem bonita de aniversário para o meu avô",
+            "Por que o mar é salgado e o rio não?",
             "Oi, tudo bem?",
             "O que eu posso fazer no fim de semana em Lisboa?",
             "Me conta uma piada",
@@ -446,6 +462,10 @@ PROMPTS: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "it": {
         "chat": (
+            "Scrivi un messaggio di auguri per il compleanno di mio nonno",
+            "Cosa posso fare a Roma in una giornata di pioggia?",
+            "Qual è la differenza tra il caffè espresso e il caffè americano?",
+            "Scrivimi una filastrocca sulla neve",
             "Ciao, come va?",
             "Cosa posso cucinare stasera con zucchine e uova?",
             "Raccontami una barzelletta",
@@ -527,6 +547,9 @@ PROMPTS: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "ru": {
         "chat": (
+            "Что можно сделать в Питере в дождливое воскресенье?",
+            "Напиши короткое поздравление с днём рождения для бабушки",
+            "Чем отличается чёрный чай от зелёного?",
             "Привет, как дела?",
             "Что приготовить на ужин из картошки и яиц?",
             "Расскажи анекдот",
@@ -554,6 +577,7 @@ PROMPTS: dict[str, dict[str, tuple[str, ...]]] = {
             "Какие компании упоминаются в новости? Сбербанк и Яндекс объявили о партнёрстве.",
         ),
         "reasoning": (
+            "Докажи, что сумма двух чётных чисел чётна",
             "Поезд идёт со скоростью 80 км/ч. За сколько он проедет 320 км?",
             "Реши уравнение 3x + 9 = 30",
             "Докажи, что корень из 2 иррационален",
