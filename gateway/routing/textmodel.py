@@ -3,7 +3,8 @@
 A prompt becomes a set of features (lower-cased words in any script, Chinese, Japanese
 and Korean as characters and character pairs, single digits and punctuation marks;
 optionally word stems, the length, pairs of neighbouring tokens; the first and last few
-tokens marked as such; numbering and ids at the ends left out); each known feature carries one weight per class, and the class scores are the
+tokens marked as such; numbering and ids at the ends left out); each known feature carries
+one weight per class, and the class scores are the
 bias plus the sum of the weights of the features present, divided by the square root
 of the number of features (a binary, L2-normalised bag of words), then a softmax.
 Unknown features cost one dict miss.
