@@ -13,7 +13,7 @@ import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from gateway.errors import MethodNotAllowed, ModelNotFound, NotFound, Unauthorized
+from gateway.errors import GatewayError, MethodNotAllowed, ModelNotFound, NotFound, Unauthorized
 from gateway.server.completions import chat_completions, completions
 from gateway.server.embeddings import embeddings
 from gateway.server.replies import JSON, error_response, request_id
@@ -51,11 +51,21 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def models(request: web.Request) -> web.Response:
-    return web.Response(body=request.app[GATEWAY].runtime.models_body, content_type=JSON)
+    """``GET /v1/models``: with keys required, only for a valid key (as every ``/v1`` route)."""
+    gw = request.app[GATEWAY]
+    try:
+        await gw.access.authenticate(request.headers.get("Authorization"))
+    except GatewayError as e:
+        return error_response(e, request_id(request))
+    return web.Response(body=gw.runtime.models_body, content_type=JSON)
 
 
 async def model(request: web.Request) -> web.Response:
     """``GET /v1/models/{id}``: one entry of the list, or a 404 envelope."""
+    try:
+        await request.app[GATEWAY].access.authenticate(request.headers.get("Authorization"))
+    except GatewayError as e:
+        return error_response(e, request_id(request))
     name = request.match_info["model"]
     for entry in orjson.loads(request.app[GATEWAY].runtime.models_body)["data"]:
         if entry["id"] == name:
