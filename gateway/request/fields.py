@@ -8,19 +8,22 @@ and OpenAI's ``code`` (``invalid_type``, ``decimal_above_max_value``,
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any
 
 from gateway.errors import InvalidField
 
 # name -> (lowest, highest): numbers (ints or floats; never booleans)
-_DECIMALS = {
-    "temperature": (0.0, 2.0),
-    "top_p": (0.0, 1.0),
-    "presence_penalty": (-2.0, 2.0),
-    "frequency_penalty": (-2.0, 2.0),
-}
+_DECIMALS = MappingProxyType(
+    {
+        "temperature": (0.0, 2.0),
+        "top_p": (0.0, 1.0),
+        "presence_penalty": (-2.0, 2.0),
+        "frequency_penalty": (-2.0, 2.0),
+    }
+)
 # name -> (lowest, highest or None): integers
-_INTEGERS = {"n": (1, 128), "top_logprobs": (0, 20), "seed": (None, None)}
+_INTEGERS = MappingProxyType({"n": (1, 128), "top_logprobs": (0, 20), "seed": (None, None)})
 _BOOLEANS = ("parallel_tool_calls", "store")
 _TOOL_CHOICES = frozenset({"none", "auto", "required"})
 _MAX_STOPS = 4

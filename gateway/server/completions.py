@@ -45,6 +45,7 @@ from gateway.server.exchange import Exchange
 from gateway.server.replies import JSON, error_response, new_id, request_id
 from gateway.server.state import GATEWAY, Gateway, Runtime
 from gateway.settings import Settings
+from gateway.telemetry.context import REQUEST_ID
 from gateway.tenancy.limits import NO_RESERVE
 from gateway.upstream.failures import ClientRejected
 
@@ -100,6 +101,7 @@ async def handle(request: web.Request, ep: Endpoint) -> web.StreamResponse:
     """Serve one completion request as ``ep`` speaks it."""
     gw = request.app[GATEWAY]
     t = _Turn(request, gw, gw.runtime, ep, Exchange(request_id(request), ep.kind))
+    REQUEST_ID.set(t.ex.rid)  # for the log lines written below (the handler's own context)
     with t.rt.in_use():
         attrs = {"gateway.request_id": t.ex.rid}
         with gw.telemetry.span(ep.kind, attrs, trace.SpanKind.SERVER) as span:

@@ -35,17 +35,20 @@ _KNOWN = MappingProxyType(
 )
 
 
+def _metrics_caller(request: web.Request) -> bool:
+    """No metrics token set, or the request presents it."""
+    token = request.app[GATEWAY].settings.metrics_token
+    if token is None:
+        return True
+    want = f"Bearer {token.get_secret_value()}".encode()
+    return hmac.compare_digest(request.headers.get("Authorization", "").encode(), want)
+
+
 async def metrics(request: web.Request) -> web.Response:
     gw = request.app[GATEWAY]
-    token = gw.settings.metrics_token
-    if token is not None:
-        want = f"Bearer {token.get_secret_value()}".encode()
-        got = request.headers.get("Authorization", "").encode()
-        if not hmac.compare_digest(got, want):
-            err = Unauthorized(
-                "GET /metrics needs 'Authorization: Bearer <GATEWAY_METRICS_TOKEN>'."
-            )
-            return error_response(err, request_id(request))
+    if not _metrics_caller(request):
+        err = Unauthorized("GET /metrics needs 'Authorization: Bearer <GATEWAY_METRICS_TOKEN>'.")
+        return error_response(err, request_id(request))
     body = gw.prometheus()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
@@ -83,6 +86,10 @@ async def readyz(request: web.Request) -> web.Response:
     health = pools.health()
     ok = any(health.values())
     models = {name: p.models.state() for name, p in pools.by_tier.items()}
+    if not _metrics_caller(request):  # engine addresses only for the metrics token's holder
+        for m in models.values():
+            if isinstance(replicas := m.pop("replicas", None), dict):
+                m["replicas"] = len(replicas)
     saturated = pools.saturated()
     body = {"ready": ok, "saturated": any(saturated.values()), "tiers": health}
     store = request.app[GATEWAY].access.store_state()
