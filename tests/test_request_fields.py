@@ -276,3 +276,24 @@ def test_openai_client_is_refused_the_model_list_without_a_valid_key(keyed: str)
     c = openai.OpenAI(base_url=f"{keyed}/v1", api_key="sk-wrong", max_retries=0)
     with c, pytest.raises(openai.AuthenticationError):
         c.models.list()
+
+
+def test_admin_store_503_names_no_address(caplog: pytest.LogCaptureFixture) -> None:
+    import asyncio
+
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+
+    from gateway.admin.app import _store_unavailable
+    from gateway.errors import StoreUnavailable
+
+    app = Starlette()
+    req = Request({"type": "http", "app": app, "method": "GET", "path": "/", "headers": []})
+    cause = StoreUnavailable("Error 111 connecting to 10.0.0.7:6391. Connection refused.")
+    with caplog.at_level("WARNING", logger="gateway.admin"):
+        for _ in range(3):
+            resp = asyncio.run(_store_unavailable(req, cause))
+    body = json.loads(bytes(resp.body))
+    assert resp.status_code == 503 and "unavailable" in body["error"]["message"]
+    assert "10.0.0.7" not in json.dumps(body) and "6391" not in json.dumps(body)
+    assert [r.getMessage().count("10.0.0.7:6391") for r in caplog.records] == [1]  # logged once
