@@ -297,3 +297,34 @@ def test_admin_store_503_names_no_address(caplog: pytest.LogCaptureFixture) -> N
     assert resp.status_code == 503 and "unavailable" in body["error"]["message"]
     assert "10.0.0.7" not in json.dumps(body) and "6391" not in json.dumps(body)
     assert [r.getMessage().count("10.0.0.7:6391") for r in caplog.records] == [1]  # logged once
+
+
+def test_rules_history_agrees_after_the_store_comes_back_empty(tmp_path: Any) -> None:
+    import asyncio
+
+    from gateway.rules.control import RulesControl
+    from gateway.store.memory_store import MemoryStore
+
+    text = _rules_text()
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+
+    async def scenario() -> tuple[int, list[Any], int, list[Any]]:
+        store = MemoryStore()
+        control = RulesControl(store, path, text, lambda _: None, {}, 0)
+        await control.start()
+        before = control.version, await store.rules_versions()
+        empty = MemoryStore()  # the same Redis, restarted without its data
+        control.store = empty
+        await control.on_event({"type": "resync"})
+        return (*before, control.version, await empty.rules_versions())
+
+    v0, hist0, v1, hist1 = asyncio.run(scenario())
+    assert v0 == 1 and [h["version"] for h in hist0] == [1]
+    assert [h["version"] for h in hist1 if h["current"]] == [v1] == [1]
+
+
+def _rules_text() -> str:
+    import yaml
+
+    return yaml.safe_dump(rules_for_tests())
