@@ -65,8 +65,8 @@ T = TypeVar("T")
 log = logging.getLogger("gateway.dispatch")
 # ``hedge_after: auto``: HEDGE_AUTO_FACTOR times the first tier's p90 time to first token,
 # between the floor and the ceiling (seconds). The floor is above a LAN's jitter, and low
-# enough that a hedge on a tier whose first token takes 7 ms does not cost a tail answer
-# 50 ms (the floor until round 6).
+# enough that a hedge on a tier whose first token takes 7 ms does not wait 50 ms before
+# the tail answer starts.
 HEDGE_AUTO_FACTOR = 3.0
 HEDGE_AUTO_FLOOR = 0.02
 HEDGE_AUTO_CEILING = 2.0
