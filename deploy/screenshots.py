@@ -21,8 +21,11 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
+from urllib import request
+from urllib.error import URLError
 
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
@@ -48,6 +51,22 @@ def browser_paths() -> tuple[str, str] | None:
     return (chrome, driver) if chrome and driver else None
 
 
+class ClosingService(Service):
+    """chromedriver's service whose shutdown request closes its answer. Selenium's own
+    ``send_remote_shutdown_command`` drops the ``urlopen`` response unread, leaving its
+    socket to the garbage collector (an unclosed-socket ``ResourceWarning``)."""
+
+    def send_remote_shutdown_command(self) -> None:
+        try:
+            with request.urlopen(f"{self.service_url}/shutdown", timeout=10) as r:
+                r.read()
+        except (URLError, TimeoutError, ConnectionError):
+            return
+        deadline = time.monotonic() + 10  # then stop() terminates the process
+        while self.is_connectable() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
 def chromium(profile: Path, size: tuple[int, int] = SIZE) -> webdriver.Chrome:
     """Headless Chromium with a fresh profile in ``profile``, driven through chromedriver."""
     paths = browser_paths()
@@ -60,7 +79,7 @@ def chromium(profile: Path, size: tuple[int, int] = SIZE) -> webdriver.Chrome:
     opts.add_argument(f"--user-data-dir={profile}")
     opts.add_argument(f"--window-size={size[0]},{size[1]}")
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    return webdriver.Chrome(options=opts, service=Service(paths[1]))
+    return webdriver.Chrome(options=opts, service=ClosingService(paths[1]))
 
 
 def shoot(driver: webdriver.Chrome, path: Path) -> None:

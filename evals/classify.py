@@ -50,7 +50,9 @@ NATURAL = DATA / "classify_natural.jsonl"
 ACCURACY_TARGET, RECALL_TARGET = 0.90, 0.80
 P99_TARGET_US, P99_20KB_TARGET_US = 100.0, 500.0
 TYPICAL_CHARS = 1000  # a typical prompt: the held-out prompts up to this long
-SPEC = FeatureSpec(scan_chars=512, bigrams=False, edge=10)
+SPEC = FeatureSpec(
+    scan_chars=512, bigrams=False, edge=10, unicode=True, prefix=5, denoise=True, length=True
+)
 
 
 def load(path: Path) -> list[dict[str, Any]]:
@@ -68,11 +70,15 @@ def request(row: dict[str, Any]) -> ClientRequest:
 def score(clf: Classifier, rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Accuracy, per-class precision/recall, confusion counts, deciders, misses."""
     pairs: list[tuple[str, str]] = []
+    by_lang: dict[str, list[int]] = {}  # language -> [right, all]
     deciders: Counter[str] = Counter()
     misses = []
     for row in rows:
         c = clf.classify(request(row), {})
         pairs.append((row["task"], c.task))
+        lang = by_lang.setdefault(row.get("lang", "en"), [0, 0])
+        lang[0] += c.task == row["task"]
+        lang[1] += 1
         deciders[c.task_source.split(" ")[0]] += 1
         if c.task != row["task"]:
             misses.append(
@@ -104,6 +110,7 @@ def score(clf: Classifier, rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "confusion": [[confusion[(t, p)] for p in labels] for t in labels],
         "deciders": dict(deciders),
         "misses": misses,
+        "languages": {k: {"n": n, "accuracy": r / n} for k, (r, n) in sorted(by_lang.items())},
     }
 
 
@@ -166,6 +173,40 @@ def _pct(v: float | None) -> str:
     return "-" if v is None else f"{v:.1%}"
 
 
+def noise(clf: Classifier, rows: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Accuracy on the natural prompts with the marks real prompts carry added."""
+    import random
+
+    from evals.data.classify_multilang import noisy
+
+    rnd = random.Random(99)
+    variants = {
+        "as written": lambda t: t,
+        '" (#1)" after': lambda t: t + " (#1)",
+        '"Q3: " before': lambda t: "Q3: " + t,
+        '" [id: 7731]" after': lambda t: t + " [id: 7731]",
+        "random marks (noisy())": lambda t: noisy(t, rnd),
+    }
+    return {
+        name: sum(
+            clf.classify(request({**r, "text": f(r["text"])}), {}).task == r["task"] for r in rows
+        )
+        / len(rows)
+        for name, f in variants.items()
+    }
+
+
+def _languages(nat: dict[str, Any]) -> str:
+    langs = nat["languages"]
+    right = sum(d["accuracy"] * d["n"] for k, d in langs.items() if k != "en")
+    n = sum(d["n"] for k, d in langs.items() if k != "en")
+    rows = [(k, d["n"], _pct(d["accuracy"])) for k, d in langs.items()]
+    rows.append(("all but en", n, _pct(right / n if n else None)))
+    out = "Natural prompts per language\n\n" + md_table(("language", "n", "accuracy"), rows)
+    marks = [(k, _pct(v)) for k, v in nat.get("noise", {}).items()]
+    return out + "\n\nNatural prompts with noise\n\n" + md_table(("prompts", "accuracy"), marks)
+
+
 def report(held: dict[str, Any], nat: dict[str, Any], lat: dict[str, Any], rules: Path) -> str:
     t, b, al = lat["typical"], lat["20kb"], lat["all"]
     low = min((d["recall"] or 0.0) for d in held["per_class"].values())
@@ -185,6 +226,7 @@ def report(held: dict[str, Any], nat: dict[str, Any], lat: dict[str, Any], rules
         f"P99 {al['cpu_p99']:.1f}.",
         _block("Held-out split (templates never trained on)", held),
         _block("Natural prompts (written by hand, never trained on)", nat),
+        _languages(nat),
         "## Misclassified natural prompts\n\n"
         + (
             md_table(
@@ -218,6 +260,7 @@ def evaluate(a: argparse.Namespace) -> int:
     rows = load(CORPUS)
     held = score(clf, [r for r in rows if r["split"] == "test"])
     nat = score(clf, load(NATURAL))
+    nat["noise"] = noise(clf, load(NATURAL))
     lat = latency(clf, [r for r in rows if r["split"] == "test"], a.rounds)
     md = report(held, nat, lat, a.rules)
     out = a.out or default_out("classify")
@@ -236,8 +279,10 @@ def evaluate(a: argparse.Namespace) -> int:
 
 def train_model(a: argparse.Namespace) -> int:
     from evals.classify_train import train  # numpy: only when training
+    from evals.data.classify_multilang import build_rows
 
-    rows = [r for r in load(CORPUS) if r["split"] == "train"]
+    english = [r for r in load(CORPUS) if r["split"] == "train"]
+    rows = english + build_rows(english, seed=a.seed)  # other languages, and noise
     t0 = time.perf_counter()
     model = train(rows, seed=a.seed, spec=SPEC)
     a.model.write_bytes(model.dump() + b"\n")

@@ -95,5 +95,5 @@ def train(
 def _prune(names: list[str], w: np.ndarray, b: np.ndarray, spec: FeatureSpec) -> TextModel:
     """Rounded weights; features whose weights are all tiny are dropped (a smaller file)."""
     keep = np.abs(w).max(axis=1) >= 0.02
-    weights = {f: tuple(round(float(x), 3) for x in w[j]) for j, f in enumerate(names) if keep[j]}
+    weights = {f: tuple(round(float(x), 2) for x in w[j]) for j, f in enumerate(names) if keep[j]}
     return TextModel(LABELS, tuple(round(float(x), 4) for x in b), weights, spec)

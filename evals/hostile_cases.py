@@ -32,10 +32,11 @@ def http(
     method: str = "POST",
     headers: tuple[tuple[str, str], ...] = (),
     length: int | None = None,
+    content_type: str = "application/json",
 ) -> bytes:
     lines = [f"{method} {path} HTTP/1.1", "Host: gateway", "Connection: close"]
     if body is not None:
-        lines += ["Content-Type: application/json", f"Content-Length: {length or len(body)}"]
+        lines += [f"Content-Type: {content_type}", f"Content-Length: {length or len(body)}"]
     if key is not None:
         lines.append(f"Authorization: Bearer {key}")
     lines += [f"{k}: {v}" for k, v in headers]
@@ -90,6 +91,30 @@ CASES = (
     Case("stream a string", _post(chat(stream="yes")), 400, "invalid_type"),
     Case("max_tokens negative", _post(chat(max_tokens=-1)), 400, "invalid_value"),
     Case("tools not array", _post(chat(tools="x")), 400, "invalid_type"),
+    Case("temperature a string", _post(chat(temperature="hot")), 400, "invalid_type"),
+    Case("n of 1000", _post(chat(n=1000)), 400, "integer_above_max_value"),
+    Case("n of 0", _post(chat(n=0)), 400, "integer_below_min_value"),
+    Case("n a string", _post(chat(n="2")), 400, "invalid_type"),
+    Case("seed a string", _post(chat(seed="x")), 400, "invalid_type"),
+    Case("tool_choice a number", _post(chat(tool_choice=5)), 400, "invalid_type"),
+    Case(
+        "message without content",
+        _post(chat(messages=[{"role": "user"}])),
+        400,
+        "missing_required_parameter",
+    ),
+    Case(
+        "text part a number",
+        _post(chat(messages=[{"role": "user", "content": [{"type": "text", "text": 5}]}])),
+        400,
+        "invalid_type",
+    ),
+    Case(
+        "json as text/plain",
+        _post(chat(), content_type="text/plain"),
+        415,
+        "unsupported_content_type",
+    ),
     Case(
         "schema not object",
         _post(

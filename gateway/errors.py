@@ -129,6 +129,12 @@ class UnsupportedEncoding(GatewayError):
     code = "unsupported_content_encoding"
 
 
+class UnsupportedMediaType(GatewayError):
+    status = 415
+    type = "invalid_request_error"
+    code = "unsupported_content_type"
+
+
 class Unprocessable(GatewayError):
     status = 422
     type = "invalid_request_error"

@@ -16,3 +16,15 @@ H_CACHE = "x-gateway-cache"  # hit | miss | bypass: the response cache's part (g
 H_CACHE_MATCH = "x-gateway-cache-match"  # a hit: exact | semantic 0.953 | coalesced
 H_AGE = "age"  # a hit: seconds since the answer was stored (RFC 9111)
 H_FINISH = "x-gateway-finish"  # streams: how a break after the first byte would be finished
+H_RETRY_AFTER = "retry-after"  # a 429 / 503: seconds to wait before trying again
+# a tenant's rate limits (as OpenAI names them)
+H_LIMIT_REQUESTS = "x-ratelimit-limit-requests"
+H_REMAINING_REQUESTS = "x-ratelimit-remaining-requests"
+H_RESET_REQUESTS = "x-ratelimit-reset-requests"
+H_LIMIT_TOKENS = "x-ratelimit-limit-tokens"
+H_REMAINING_TOKENS = "x-ratelimit-remaining-tokens"
+
+
+def all_headers() -> tuple[str, ...]:
+    """Every header above (what CORS exposes to a browser's script)."""
+    return tuple(v for k, v in globals().items() if k.startswith("H_") and isinstance(v, str))

@@ -28,7 +28,7 @@ from tests.test_tenancy import ADMIN
 
 pytest.importorskip("selenium")
 
-from selenium.common.exceptions import NoSuchElementException
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support import expected_conditions
@@ -36,12 +36,6 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from deploy.screenshots import browser_paths, chromium, shoot
 from gateway.rules.schema import RulesError, parse_rules
-
-# The browser steps race the page's own script (stale or not-yet-rendered elements) and a
-# Selenium socket outlives the module: they run only when asked, until that is fixed.
-pytestmark = pytest.mark.skipif(
-    os.environ.get("RUN_CONSOLE_TESTS") != "1", reason="set RUN_CONSOLE_TESTS=1 to run"
-)
 
 T = TypeVar("T")
 WAIT_S = 20.0  # the page script polls every 3 s; under a loaded machine, allow a few polls
@@ -102,7 +96,15 @@ def page(browser: WebDriver, gw: Proc) -> WebDriver:
 
 
 def wait(d: WebDriver, what: Callable[[WebDriver], T], timeout: float = WAIT_S) -> T:
-    return WebDriverWait(d, timeout, poll_frequency=0.1).until(lambda drv: what(drv) or None)
+    """Poll ``what`` until it is truthy. The page's script re-renders its figures in place
+    (every 3 s): an element not yet rendered, or replaced between finding and reading it,
+    is another poll, not a failure."""
+    return WebDriverWait(
+        d,
+        timeout,
+        poll_frequency=0.1,
+        ignored_exceptions=(NoSuchElementException, StaleElementReferenceException),
+    ).until(lambda drv: what(drv) or None)
 
 
 def by_id(d: WebDriver, id_: str) -> Any:
@@ -196,7 +198,7 @@ def test_login_refuses_a_wrong_token_and_keeps_an_httponly_strict_cookie(
     browser.get(f"{gw.admin}/console/rules")
     assert "/console/login" in browser.current_url
     login(browser, "not-the-admin-token-0123456789")
-    assert "not the admin token" in by_id(browser, "errors").text
+    wait(browser, lambda d: "not the admin token" in by_id(d, "errors").text)
     assert browser.get_cookie("gateway_console") is None
     login(browser, ADMIN, "ci")
     wait(browser, lambda d: d.current_url.endswith("/console/rules"))  # back where it asked
@@ -215,15 +217,24 @@ def test_tiers_page_shows_both_tiers_health_and_live_numbers(
     page: WebDriver, gw: Proc, shots: Path
 ) -> None:
     for tier in ("highspeed", "standard"):
-        assert cell(page, "pools", tier, "available").text == "up"
-        assert cell(page, "pools", tier, "circuit_open").text == "closed"
+        wait(page, lambda d, tier=tier: cell(d, "pools", tier, "available").text == "up")
+        wait(page, lambda d, tier=tier: cell(d, "pools", tier, "circuit_open").text == "closed")
     dead = gw.dead  # type: ignore[attr-defined]
-    rows = page.find_elements(By.CSS_SELECTOR, "#replicas tbody tr[data-replica]")
-    assert {r.get_attribute("data-replica") for r in rows} >= {dead}
+
+    def replicas(d: WebDriver) -> set[str | None]:
+        rows = d.find_elements(By.CSS_SELECTOR, "#replicas tbody tr[data-replica]")
+        return {r.get_attribute("data-replica") for r in rows}
+
+    wait(page, lambda d: replicas(d) >= {dead})
     # the dead replica turns "down" once probed; the page script refreshes it in place
     wait(page, lambda d: cell(d, "pools", "highspeed", "replicas", 1, "up").text == "down")
-    assert "bad" in cell(page, "pools", "highspeed", "replicas", 1, "up").get_attribute("class")
-    assert cell(page, "pools", "highspeed", "replicas", 0, "up").text == "up"
+    wait(
+        page,
+        lambda d: (
+            "bad" in cell(d, "pools", "highspeed", "replicas", 1, "up").get_attribute("class")
+        ),
+    )
+    wait(page, lambda d: cell(d, "pools", "highspeed", "replicas", 0, "up").text == "up")
 
     key = new_key(gw)
     for i in range(6):
@@ -235,8 +246,8 @@ def test_tiers_page_shows_both_tiers_health_and_live_numbers(
     # without a reload: the script's poll brings the new figures
     wait(page, lambda d: cell(d, "tiers", "highspeed", "requests").text not in ("0", "\u2014"))
     wait(page, lambda d: "http_500" in cell(d, "tiers", "highspeed", "fallbacks").text)
-    assert "repetition" in cell(page, "tiers", "highspeed", "check_failures").text
-    assert cell(page, "tiers", "highspeed", "latency_s", "p50").text.endswith(" ms")
+    wait(page, lambda d: "repetition" in cell(d, "tiers", "highspeed", "check_failures").text)
+    wait(page, lambda d: cell(d, "tiers", "highspeed", "latency_s", "p50").text.endswith(" ms"))
     wait(page, lambda d: cell(d, "tiers", "highspeed", "rate").text.endswith("/s"))
     assert (
         int(
@@ -391,14 +402,18 @@ def test_shadow_comparisons_are_listed(page: WebDriver, gw: Proc) -> None:
         assert time.monotonic() < deadline, "no shadow record"
         time.sleep(0.1)
     page.get(f"{gw.admin}/console/shadow")
-    rows = page.find_elements(By.CSS_SELECTOR, "#shadow-records tbody tr")
-    assert any(t["id"] in r.text and "standard" in r.text for r in rows)
-    assert "highspeed" in by_id(page, "shadow-summary").text
+
+    def listed(d: WebDriver) -> bool:
+        rows = d.find_elements(By.CSS_SELECTOR, "#shadow-records tbody tr")
+        return any(t["id"] in r.text and "standard" in r.text for r in rows)
+
+    wait(page, listed)
+    wait(page, lambda d: "highspeed" in by_id(d, "shadow-summary").text)
 
 
 def test_the_audit_log_names_the_console_operator(page: WebDriver, gw: Proc) -> None:
     page.get(f"{gw.admin}/console/audit")
-    assert "console:ci" in by_id(page, "audit").text
+    wait(page, lambda d: "console:ci" in by_id(d, "audit").text)
 
 
 def test_a_form_without_the_sessions_csrf_token_is_refused(page: WebDriver, gw: Proc) -> None:

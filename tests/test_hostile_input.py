@@ -197,3 +197,30 @@ def test_rules_watcher_survives_any_bytes(gw: Proc, base: str, key: str) -> None
     assert st == 422, body
     st, body, _ = call(gw.admin, "PUT", "/admin/rules", raw=b"tiers: \xff\xfe")
     assert st == 400 and body["error"]["code"] == "invalid_rules"  # not YAML text at all
+
+
+def test_a_failed_attempt_is_logged_with_its_request_id(gw: Proc, base: str, key: str) -> None:
+    rid = f"rid-{uuid.uuid4().hex}"
+    got, _, _ = post(base, chat_body("[[highspeed: status=500]]"), key, {"x-request-id": rid})
+    assert got == 200
+
+    def logged() -> bool:
+        return any(
+            "attempt on highspeed failed" in ln and rid in ln for ln in gw.log().splitlines()
+        )
+
+    assert until(logged)
+
+
+def test_readyz_names_engines_only_to_the_metrics_token(base: str, engines: dict[str, str]) -> None:
+    def ready(headers: dict[str, str]) -> str:
+        req = urllib.request.Request(f"{base}/readyz", headers=headers)
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return str(r.read().decode())
+
+    anyone = ready({})
+    for url in engines.values():
+        assert url.removeprefix("http://") not in anyone
+    assert all(isinstance(m["replicas"], int) for m in json.loads(anyone)["models"].values())
+    holder = ready({"Authorization": f"Bearer {METRICS_TOKEN}"})
+    assert all(url in holder for url in engines.values())

@@ -10,7 +10,7 @@ time:
 * ``rules_change``     new rules uploaded through the admin API of one replica
 * ``key_revoke``       a key revoked through the admin API of one replica
 
-Per fault: requests started in its window (from the fault to its end plus a settle time),
+Per fault: requests that ended in its window (from the fault to its end plus a settle time),
 answered, failed by outcome, streams cut, latency p50/p99 in the window, the time from
 the fault to the end of the last failed request, and what the fault measured itself
 (failover time, time for a rules change or a revocation to reach every replica). After the
@@ -26,6 +26,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import platform
 import sys
 import tempfile
 import threading
@@ -165,7 +167,9 @@ async def leaked_slots(f: Fleet, keys: dict[str, str]) -> dict[str, int]:
 
 
 def window_stats(samples: list[Sample], ev: dict[str, Any]) -> dict[str, Any]:
-    inside = [x for x in samples if ev["t0"] <= x.t0 < ev["t_settled"]]
+    """A request counts in the window it *ended* in: one sent just before a fault and cut
+    by it is that fault's loss, not the previous fault's."""
+    inside = [x for x in samples if ev["t0"] <= x.t1 < ev["t_settled"]]
     failed = [x for x in inside if x.outcome != "ok"]
     by: dict[str, int] = {}
     for x in failed:
@@ -209,7 +213,9 @@ def report(events: list[dict[str, Any]], samples: list[Sample], slots: dict[str,
         f"{a.clients} closed-loop clients (half streamed), {len(TENANTS)} tenants "
         f"(max {CONCURRENCY} concurrent each), `GATEWAY_DRAIN_SECONDS={a.drain:g}`. "
         "A client-side balancer sends to replicas whose `/readyz` is 200 and retries a refused "
-        "connection elsewhere (nothing of the request was sent); nothing else is retried. "
+        "connection elsewhere (nothing of the request was sent); nothing else is retried "
+        "(aiohttp, like httpx, drops a pooled connection the server already closed before "
+        "reusing it). A request counts in the fault window its end falls in. "
         f"Steady state before the first fault: {len(steady)} requests, p50 "
         f"{percentile(lat, 50):.0f} ms, p99 {percentile(lat, 99):.0f} ms.\n\n"
         f"{table}\n\n"
@@ -217,7 +223,10 @@ def report(events: list[dict[str, Any]], samples: list[Sample], slots: dict[str,
         f"requests refused per tenant at its full concurrency ({CONCURRENCY}): {slots} "
         "(0: no slot leaked).\n\n"
         + ("Notes: " + "; ".join(f.notes) + "\n\n" if f.notes else "")
-        + f"`{cmd.strip()}`\n"
+        + f"Command: `{cmd.strip()}`. Machine: {os.cpu_count()} CPU cores, "
+        f"{platform.system()} {platform.release()}, Python {platform.python_version()}; "
+        "every process of the fleet (and the load) shares those cores, so latencies are "
+        "the noisy machine's, not a deployment's.\n"
     )
     return text
 

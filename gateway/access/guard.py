@@ -31,6 +31,13 @@ from gateway.access.backlog import Unsettled, UsageBacklog
 from gateway.access.cache import KeyCache
 from gateway.access.leases import SlotLeases
 from gateway.errors import RateLimited, ServiceUnavailable, StoreUnavailable, Unauthorized
+from gateway.headers import (
+    H_LIMIT_REQUESTS,
+    H_LIMIT_TOKENS,
+    H_REMAINING_REQUESTS,
+    H_REMAINING_TOKENS,
+    H_RESET_REQUESTS,
+)
 from gateway.store.base import AdmissionStore, KeyStore, Lifecycle, UsageStore, Used
 from gateway.tenancy.limits import (
     ALLOW,
@@ -276,12 +283,12 @@ def _denied(adm: Admission) -> RateLimited:
 def rate_headers(adm: Admission) -> dict[str, str]:
     h: dict[str, str] = {}
     if adm.limit_requests is not None:
-        h["x-ratelimit-limit-requests"] = str(adm.limit_requests)
+        h[H_LIMIT_REQUESTS] = str(adm.limit_requests)
         if adm.remaining_requests is not None:
-            h["x-ratelimit-remaining-requests"] = str(max(0, adm.remaining_requests))
-        h["x-ratelimit-reset-requests"] = f"{60 / adm.limit_requests:.3f}s"
+            h[H_REMAINING_REQUESTS] = str(max(0, adm.remaining_requests))
+        h[H_RESET_REQUESTS] = f"{60 / adm.limit_requests:.3f}s"
     if adm.limit_tokens is not None:
-        h["x-ratelimit-limit-tokens"] = str(adm.limit_tokens)
+        h[H_LIMIT_TOKENS] = str(adm.limit_tokens)
         if adm.remaining_tokens is not None:
-            h["x-ratelimit-remaining-tokens"] = str(max(0, adm.remaining_tokens))
+            h[H_REMAINING_TOKENS] = str(max(0, adm.remaining_tokens))
     return h

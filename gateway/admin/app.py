@@ -5,12 +5,15 @@ keys, policies, usage, rules, pools, explain, audit, shadow. Every failure leave
 gateway's OpenAI-style error envelope (``{"error": {message, type, param, code}}``):
 a bad body or parameter is a 400 ``invalid_value`` naming the field, bad JSON a 400
 ``invalid_json``. The OpenAPI document is generated (``/openapi.json``, also at
-``/admin/openapi.json``) and browsable at ``/docs``; neither needs the token.
+``/admin/openapi.json``) and browsable at ``/docs``; neither needs the token: they describe
+the routes' shapes, never data, and the admin listener is private (127.0.0.1 by default;
+docs/deploy.md). A 503 from a store that is down names no address (the log does).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
@@ -33,6 +36,8 @@ from gateway.errors import (
     StoreUnavailable,
 )
 from gateway.server.app import Gateway
+
+log = logging.getLogger("gateway.admin")
 
 
 def create_admin_app(gw: Gateway) -> FastAPI:
@@ -75,7 +80,12 @@ async def _gateway_error(request: Request, e: GatewayError) -> Response:
 
 
 async def _store_unavailable(request: Request, e: StoreUnavailable) -> Response:
-    return error_response(ServiceUnavailable(f"The store is unreachable: {e}"))
+    """A 503 that names no address; the details go to the log, once per distinct cause."""
+    detail = str(e)
+    if getattr(request.app.state, "store_logged", None) != detail:
+        request.app.state.store_logged = detail
+        log.warning("admin API: the store is unavailable: %s", detail)
+    return error_response(ServiceUnavailable("The store is unavailable; try again shortly."))
 
 
 async def _invalid(request: Request, e: RequestValidationError) -> Response:

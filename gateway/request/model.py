@@ -15,6 +15,7 @@ import orjson
 
 from gateway.checks.base import RequestFacts
 from gateway.errors import InvalidField, InvalidJSON
+from gateway.request.fields import check_sampling
 
 Kind = Literal["chat", "completions"]
 _ROLES = frozenset({"system", "user", "assistant", "tool", "developer", "function"})
@@ -111,7 +112,7 @@ def require_str(body: dict[str, Any], param: str) -> str:
     return v
 
 
-def _common(body: dict[str, Any]) -> tuple[str, bool, int | None]:
+def _common(body: dict[str, Any], chat: bool) -> tuple[str, bool, int | None]:
     model = body.get("model")
     if model is None:
         raise _missing("model")
@@ -129,9 +130,7 @@ def _common(body: dict[str, Any]) -> tuple[str, bool, int | None]:
                     f"Invalid '{p}': expected an integer >= 1.", param=p, code="invalid_value"
                 )
             max_tokens = v if max_tokens is None else min(max_tokens, v)
-    so = body.get("stream_options")
-    if so is not None and not isinstance(so, dict):
-        raise _type("stream_options", "an object", so)
+    check_sampling(body, chat)
     return model, bool(stream), max_tokens
 
 
@@ -146,6 +145,8 @@ def _content_text(content: object, param: str) -> str:
             t = part.get("text")
             if isinstance(t, str):
                 parts.append(t)
+            elif t is not None or part.get("type") == "text":
+                raise _type(f"{param}[{j}].text", "a string", t)
         return "\n".join(parts)
     raise _type(param, "a string or an array of content parts", content)
 
@@ -209,7 +210,7 @@ def _response_format(body: dict[str, Any]) -> tuple[bool, dict[str, Any] | None]
 
 def parse_chat(raw: bytes) -> ClientRequest:
     body = _decode(raw)
-    model, stream, max_tokens = _common(body)
+    model, stream, max_tokens = _common(body, chat=True)
     max_set = max_tokens is not None
     messages = body.get("messages")
     if messages is None:
@@ -233,7 +234,12 @@ def parse_chat(raw: bytes) -> ClientRequest:
                 param=f"messages[{i}].role",
                 code="invalid_value",
             )
-        text = _content_text(m.get("content"), f"messages[{i}].content")
+        content = m.get("content")
+        if content is None and not (  # OpenAI: only an assistant's tool call may omit it
+            role == "assistant" and (m.get("tool_calls") or m.get("function_call"))
+        ):
+            raise _missing(f"messages[{i}].content")
+        text = _content_text(content, f"messages[{i}].content")
         chars += len(text)
         if i == 0:
             head = text[:256]
@@ -257,7 +263,7 @@ def parse_chat(raw: bytes) -> ClientRequest:
 
 def parse_completion(raw: bytes) -> ClientRequest:
     body = _decode(raw)
-    model, stream, max_tokens = _common(body)
+    model, stream, max_tokens = _common(body, chat=False)
     max_set = max_tokens is not None
     prompt = body.get("prompt")
     if prompt is None:

@@ -1,8 +1,10 @@
 """The learned part of the task classifier: a linear model over word n-grams, pure Python.
 
-A prompt becomes a set of features (lower-cased words, single digits and punctuation
-marks; optionally pairs of neighbouring tokens; the first and last few tokens marked as
-such); each known feature carries one weight per class, and the class scores are the
+A prompt becomes a set of features (lower-cased words in any script, Chinese, Japanese
+and Korean as characters and character pairs, single digits and punctuation marks;
+optionally word stems, the length, pairs of neighbouring tokens; the first and last few
+tokens marked as such; numbering and ids at the ends left out); each known feature carries
+one weight per class, and the class scores are the
 bias plus the sum of the weights of the features present, divided by the square root
 of the number of features (a binary, L2-normalised bag of words), then a softmax.
 Unknown features cost one dict miss.
@@ -28,6 +30,23 @@ MODEL_PATH = Path(__file__).with_name("textmodel.json")
 # lower-cased ASCII words; every other character (a digit, a mark, a letter outside
 # ASCII) on its own: faster than Unicode word classes, and CJK text gets features too
 _TOKEN = re.compile(r"[a-z]+|[^\sa-z]")
+# ``unicode``: words in any script (Latin with its accents, Cyrillic, Greek ...); a run of
+# Chinese, Japanese or Korean characters, which no spaces split into words, is read as
+# its characters and their neighbouring pairs; digits and marks one by one
+# the marks a real prompt carries at its ends that say nothing of its task: "Q3:", "1.",
+# "(#2)", "[12]" before it; "(#1)", "#5", "[id: 4821]", "(ref 2024-117)" after it
+_NOISE_HEAD = re.compile(
+    r"^\W{0,2}(?:(?:q|task|question|prompt|item|no\.?|#)\s*\d{1,6}\s*[:.)\]-]|\(#?\d{1,6}\)"
+    r"|\[\d{1,6}(?:/\d{1,6})?\]|\d{1,3}[.)](?=\s))\s*",
+    re.IGNORECASE,
+)
+_NOISE_TAIL = re.compile(
+    r"\s(?:\(#?\d{1,6}\)|#\d{1,6}|\[[\w :/#.-]{1,24}\]|\((?:ref|id|v)\b[\w .:#/-]{0,20}\)"
+    r"|--? ?ticket \d{1,8})\W{0,3}$",
+    re.IGNORECASE,
+)
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af"
+_UTOKEN = re.compile(rf"[a-z\u00c0-\u024f]+|[{_CJK}]+|[^\W\d_{_CJK}]+|\S")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,15 +56,31 @@ class FeatureSpec:
     scan_chars: int = 2048  # a longer text is read as its first and last scan_chars/2
     bigrams: bool = True  # pairs of neighbouring tokens too
     edge: int = 0  # the first and last ``edge`` tokens also as ``^tok`` / ``$tok``
+    unicode: bool = False  # words in every script, CJK as characters and pairs (_UTOKEN)
+    prefix: int = 0  # a longer word also as its first ``prefix`` letters, ``~pref``: a stem
+    denoise: bool = False  # leave out the numbering and ids at the text's ends (_NOISE_*)
+    length: bool = False  # the text's length as a feature, ``#len:b`` (b: its bit length)
 
     def of(self, text: str) -> set[str]:
         """The features of ``text``. The edge marks say where the instruction usually is:
         before or after a pasted text."""
         scan = self.scan_chars
-        if len(text) > scan:
+        size = len(text)
+        if size > scan:
             text = text[: scan // 2] + "\n" + text[-scan // 2 :]
-        toks = _TOKEN.findall(text.lower())
-        out = set(toks)
+        if self.denoise:
+            text = _denoise(text)
+        low = text.lower()
+        if self.unicode and not low.isascii():
+            toks, out = self._unicode(low)
+        else:  # ASCII: _TOKEN and _UTOKEN find the same tokens, _TOKEN faster
+            toks = _TOKEN.findall(low)
+            out = set(toks)
+            pre = self.prefix
+            if pre:
+                out.update(["~" + t[:pre] for t in out if len(t) > pre])
+        if self.length:
+            out.add(f"#len:{min(size.bit_length(), 14)}")
         if self.bigrams and len(toks) > 1:
             out.update(map(" ".join, pairwise(toks)))
         edge = self.edge
@@ -53,6 +88,40 @@ class FeatureSpec:
             out.update(["^" + t for t in toks[:edge]])
             out.update(["$" + t for t in toks[-edge:]])
         return out
+
+    def _unicode(self, text: str) -> tuple[list[str], set[str]]:
+        """Tokens and features of a lower-cased text with letters outside ASCII."""
+        toks: list[str] = []
+        extra: list[str] = []
+        pre = self.prefix
+        for t in _UTOKEN.findall(text):
+            if len(t) > 1 and t[0] >= "\u3040" and _CJK_RUN.match(t):
+                toks.extend(t)
+                extra.extend(map("".join, pairwise(t)))
+            else:
+                toks.append(t)
+                if pre and len(t) > pre:
+                    extra.append("~" + t[:pre])
+        out = set(toks)
+        out.update(extra)
+        return toks, out
+
+
+_CJK_RUN = re.compile(rf"[{_CJK}]")
+_NOISE_SPAN = 48  # the numbering and ids sit within this many characters of an end
+
+
+def _denoise(text: str) -> str:
+    """``text`` without the numbering before it and the id after it (_NOISE_HEAD/_TAIL)."""
+    text = text.strip()
+    m = _NOISE_HEAD.match(text[:_NOISE_SPAN])
+    if m:
+        text = text[m.end() :]
+    tail = text[-_NOISE_SPAN:]
+    m = _NOISE_TAIL.search(tail)
+    if m:
+        text = text[: len(text) - len(tail) + m.start()]
+    return text
 
 
 @dataclass(frozen=True, slots=True)

@@ -134,10 +134,21 @@ class RulesControl:
             return
         try:
             cur = await self.store.current_rules()
+            if cur is None:  # a store that came back empty: the running rules, recorded again
+                await self.rerecord()
         except StoreUnavailable:
             return
         if cur is not None and cur[0] != self.version:
             self._adopt(*cur)
+
+    async def rerecord(self) -> bool:
+        """Store the running rules as a version when the store has none (a Redis that came
+        back empty), so the history and ``version`` agree; False when it had some."""
+        if self.store is None or await self.store.current_rules() is not None:
+            return False
+        v = await self._store(self.text, {"source": str(self.path), "by": "re-recorded"})
+        log.info("rules: the store had none; the running rules recorded as version %d", v)
+        return True
 
     # -- the file on disk ---------------------------------------------------------------------
     def _file_stat(self) -> tuple[float, int] | None:

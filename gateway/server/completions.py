@@ -34,6 +34,7 @@ from gateway.errors import (
     RateLimited,
     StreamBroken,
     UnsupportedEncoding,
+    UnsupportedMediaType,
     UpstreamFailed,
     error_body,
 )
@@ -46,6 +47,7 @@ from gateway.server.exchange import Exchange
 from gateway.server.replies import JSON, error_response, new_id, request_id
 from gateway.server.state import GATEWAY, Gateway, Runtime
 from gateway.settings import Settings
+from gateway.telemetry.context import REQUEST_ID
 from gateway.tenancy.limits import NO_RESERVE
 from gateway.upstream.failures import ClientRejected
 
@@ -101,6 +103,7 @@ async def handle(request: web.Request, ep: Endpoint) -> web.StreamResponse:
     """Serve one completion request as ``ep`` speaks it."""
     gw = request.app[GATEWAY]
     t = _Turn(request, gw, gw.runtime, ep, Exchange(request_id(request), ep.kind))
+    REQUEST_ID.set(t.ex.rid)  # for the log lines written below (the handler's own context)
     with t.rt.in_use():
         attrs = {"gateway.request_id": t.ex.rid}
         with gw.telemetry.span(ep.kind, attrs, trace.SpanKind.SERVER) as span:
@@ -301,6 +304,7 @@ def _account(gw: Gateway, ex: Exchange) -> asyncio.Task[None] | None:
 async def read_body(request: web.Request, settings: Settings) -> bytes:
     """The request body, within the size limit and the body-read timeout; a body in an
     encoding we do not take is a 415, a corrupt one a 400."""
+    _check_media_type(request)
     enc = request.headers.get("Content-Encoding", "").strip().lower()
     if enc not in _ENCODINGS:
         raise UnsupportedEncoding(
@@ -323,6 +327,24 @@ async def read_body(request: web.Request, settings: Settings) -> bytes:
         msg = f"The request body did not arrive within {settings.body_timeout:.0f}s."
         raise BodyTimeout(msg) from None
     return raw if enc in ("", "identity") else _decompress(raw, enc, limit)
+
+
+_FORM_TYPES = frozenset(("text/plain", "multipart/form-data", "application/x-www-form-urlencoded"))
+
+
+def _check_media_type(request: web.Request) -> None:
+    """A 415 for a body a browser may send cross-origin without a preflight (``text/plain``,
+    a form) when it is such a request: always for ``text/plain`` and multipart, for a
+    urlencoded form when the request has an ``Origin`` (curl ``-d`` and urllib send that
+    type without one, and keep working)."""
+    ctype = request.content_type  # "application/octet-stream" when absent
+    if ctype not in _FORM_TYPES:
+        return
+    if ctype == "application/x-www-form-urlencoded" and "Origin" not in request.headers:
+        return
+    raise UnsupportedMediaType(
+        f"Content-Type {ctype!r} is not accepted; send the JSON body as 'application/json'."
+    )
 
 
 def _decompress(raw: bytes, enc: str, limit: int) -> bytes:

@@ -14,25 +14,10 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from gateway.errors import GatewayError
-from gateway.headers import (
-    H_BACKOFF,
-    H_CHECKS_FAILED,
-    H_FALLBACK,
-    H_HEDGE,
-    H_OVERHEAD,
-    H_REQUEST_ID,
-    H_ROUTE,
-    H_SHOULD_RETRY,
-    H_TIER,
-)
+from gateway.headers import all_headers
 from gateway.server.replies import error_response, request_id
 
-_EXPOSE = ", ".join(
-    (
-        *(H_TIER, H_ROUTE, H_FALLBACK, H_OVERHEAD, H_REQUEST_ID, H_BACKOFF, H_CHECKS_FAILED),
-        *(H_HEDGE, H_SHOULD_RETRY, "retry-after", "x-ratelimit-remaining-requests"),
-    )
-)
+_EXPOSE = ", ".join(all_headers())  # every header the gateway sets, from one list
 _METHODS = "GET, HEAD, POST, OPTIONS"
 _DEFAULT_HEADERS = "authorization, content-type, x-request-id, x-gateway-tier, x-gateway-task"
 

@@ -99,9 +99,11 @@ def _tiers(rt: Runtime, eff: Effective, model: str) -> list[str]:
     if pinned is not None:
         tiers = [t for t in tiers if t == pinned]
     if not tiers:
-        which = f"the tier {pinned!r}" if pinned else "any tier"
+        which = "no tier of this gateway serves"
+        if pinned:
+            which = f"the tier {pinned!r} does not serve"
         raise ModelNotFound(
-            f"No embeddings here: {which} of this gateway serves POST /v1/embeddings "
+            f"No embeddings here: {which} POST /v1/embeddings "
             "(tiers.<tier>.embeddings in the routing rules).",
             param="model",
         )

@@ -13,7 +13,7 @@ import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from gateway.errors import MethodNotAllowed, ModelNotFound, NotFound, Unauthorized
+from gateway.errors import GatewayError, MethodNotAllowed, ModelNotFound, NotFound, Unauthorized
 from gateway.server import drain
 from gateway.server.completions import chat_completions, completions
 from gateway.server.embeddings import embeddings
@@ -36,27 +36,40 @@ _KNOWN = MappingProxyType(
 )
 
 
+def _metrics_caller(request: web.Request) -> bool:
+    """No metrics token set, or the request presents it."""
+    token = request.app[GATEWAY].settings.metrics_token
+    if token is None:
+        return True
+    want = f"Bearer {token.get_secret_value()}".encode()
+    return hmac.compare_digest(request.headers.get("Authorization", "").encode(), want)
+
+
 async def metrics(request: web.Request) -> web.Response:
     gw = request.app[GATEWAY]
-    token = gw.settings.metrics_token
-    if token is not None:
-        want = f"Bearer {token.get_secret_value()}".encode()
-        got = request.headers.get("Authorization", "").encode()
-        if not hmac.compare_digest(got, want):
-            err = Unauthorized(
-                "GET /metrics needs 'Authorization: Bearer <GATEWAY_METRICS_TOKEN>'."
-            )
-            return error_response(err, request_id(request))
+    if not _metrics_caller(request):
+        err = Unauthorized("GET /metrics needs 'Authorization: Bearer <GATEWAY_METRICS_TOKEN>'.")
+        return error_response(err, request_id(request))
     body = gw.prometheus()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 async def models(request: web.Request) -> web.Response:
-    return web.Response(body=request.app[GATEWAY].runtime.models_body, content_type=JSON)
+    """``GET /v1/models``: with keys required, only for a valid key (as every ``/v1`` route)."""
+    gw = request.app[GATEWAY]
+    try:
+        await gw.access.authenticate(request.headers.get("Authorization"))
+    except GatewayError as e:
+        return error_response(e, request_id(request))
+    return web.Response(body=gw.runtime.models_body, content_type=JSON)
 
 
 async def model(request: web.Request) -> web.Response:
     """``GET /v1/models/{id}``: one entry of the list, or a 404 envelope."""
+    try:
+        await request.app[GATEWAY].access.authenticate(request.headers.get("Authorization"))
+    except GatewayError as e:
+        return error_response(e, request_id(request))
     name = request.match_info["model"]
     for entry in orjson.loads(request.app[GATEWAY].runtime.models_body)["data"]:
         if entry["id"] == name:
@@ -76,6 +89,10 @@ async def readyz(request: web.Request) -> web.Response:
     health = pools.health()
     ok = any(health.values())
     models = {name: p.models.state() for name, p in pools.by_tier.items()}
+    if not _metrics_caller(request):  # engine addresses only for the metrics token's holder
+        for m in models.values():
+            if isinstance(replicas := m.pop("replicas", None), dict):
+                m["replicas"] = len(replicas)
     saturated = pools.saturated()
     body = {"ready": ok, "saturated": any(saturated.values()), "tiers": health}
     store = request.app[GATEWAY].access.store_state()
