@@ -99,6 +99,7 @@ def _serve_one(settings: Settings, rules: Rules, path: Path, self_check: bool) -
     from engines.launcher import self_check_hook
     from gateway.admin.server import AdminListenError
     from gateway.serve import build_app
+    from gateway.server.drain import END_GRACE
 
     app = build_app(settings, rules, path, path.read_text(encoding="utf-8"), _say)
     app.on_startup.append(_tune_gc)
@@ -115,7 +116,7 @@ def _serve_one(settings: Settings, rules: Rules, path: Path, self_check: bool) -
             backlog=4096,
             handler_cancellation=True,
             reuse_port=settings.reuse_port or None,
-            shutdown_timeout=settings.drain_seconds,
+            shutdown_timeout=settings.drain_seconds + END_GRACE,
         )
     except AdminListenError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -49,7 +49,12 @@ class Settings(BaseSettings):
         default=None, description="set by the supervisor: where workers share their metrics"
     )
     drain_seconds: float = Field(
-        default=30.0, ge=0, le=3600, description="SIGTERM: finish in-flight requests for this long"
+        default=30.0,
+        ge=0,
+        le=3600,
+        description="SIGTERM: /readyz says 503 and responses say Connection: close at once; "
+        "in-flight requests and streams finish for this long, then open streams end with an "
+        "error event and [DONE]; the process exits within this plus 3 s",
     )
     redis_url: str | None = Field(
         default=None,

@@ -27,6 +27,7 @@ from gateway.settings import Settings
 
 _CRASHES = 10  # this many worker exits within _CRASH_WINDOW: give up
 _CRASH_WINDOW = 60.0
+DRAIN_MARGIN = 3.0  # seconds past the drain a worker may take to exit before it is killed
 
 
 class Supervisor:
@@ -87,7 +88,7 @@ class Supervisor:
         for p in self.children.values():
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
-        until = time.monotonic() + self.settings.drain_seconds + 5
+        until = time.monotonic() + self.settings.drain_seconds + DRAIN_MARGIN
         for p in self.children.values():
             try:
                 p.wait(max(0.1, until - time.monotonic()))

@@ -9,7 +9,7 @@ from pathlib import Path
 from aiohttp import web
 
 from gateway.rules.schema import Rules
-from gateway.server import cors
+from gateway.server import cors, drain
 from gateway.server.handlers import add_routes
 from gateway.server.middleware import catch_all
 from gateway.server.state import GATEWAY, Gateway
@@ -50,5 +50,6 @@ def create_app(settings: Settings, src: AppSource) -> web.Application:
 
     app.cleanup_ctx.append(lifespan)
     cors.install(app, settings.cors())
+    drain.install(app, settings.drain_seconds)
     add_routes(app)
     return app

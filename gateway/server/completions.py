@@ -9,9 +9,10 @@ explain it. Every error leaves as an OpenAI envelope.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -39,6 +40,7 @@ from gateway.errors import (
 )
 from gateway.headers import H_REQUEST_ID, H_SHOULD_RETRY
 from gateway.request.model import ClientRequest, parse_chat, parse_completion
+from gateway.server import drain
 from gateway.server.budgets import priced_route
 from gateway.server.cached import serve_hit
 from gateway.server.exchange import Exchange
@@ -208,7 +210,8 @@ async def _relay(t: _Turn, relay: StreamRelay) -> web.StreamResponse:
     ex.mark_first_byte()
     try:
         sink = resp if wire is None else wire.sink(resp)
-        await _drive(relay, sink if ex.cache is None else ex.cache.tee(sink), ex)
+        sink = sink if ex.cache is None else ex.cache.tee(sink)
+        await _drive(relay, sink, ex, drain.deadline(t.request.app))
     finally:
         ex.tier = relay.tier
         ex.usage, ex.cost = relay.charged()
@@ -222,23 +225,55 @@ async def _relay(t: _Turn, relay: StreamRelay) -> web.StreamResponse:
     return resp
 
 
-async def _drive(relay: StreamRelay, resp: Sink, ex: Exchange) -> None:
+async def _drive(
+    relay: StreamRelay, resp: Sink, ex: Exchange, deadline: asyncio.Event | None
+) -> None:
     """Relay to the end. The head is sent: a bug from here on ends the stream with an error
-    event and ``[DONE]`` (logged once), never a second response head."""
+    event and ``[DONE]`` (logged once), never a second response head; so does the end of a
+    shutdown's drain (the relay is cancelled, which closes the upstream stream)."""
     try:
-        await relay.run(resp)
+        if deadline is None or not await _cut_at(relay.run(resp), deadline):
+            return
+        relay.broken = True
+        msg = f"The gateway is shutting down; retry the request. Request id {ex.rid}."
     except (ConnectionResetError, asyncio.CancelledError):
         return  # the client left; the relay has closed the upstream
     except Exception:
         log.exception("unexpected error relaying a stream (request %s)", ex.rid)
         relay.broken = True
         msg = f"The stream failed inside the gateway; request id {ex.rid}."
-        event = b"data: " + error_body(StreamBroken(msg)) + b"\n\ndata: [DONE]\n\n"
-        try:
-            await resp.write(event)
-            await resp.write_eof()
-        except (ConnectionResetError, RuntimeError):
-            pass
+    await _end_with_error(resp, msg)
+
+
+async def _cut_at(work: Coroutine[object, object, None], deadline: asyncio.Event) -> bool:
+    """Run ``work`` unless ``deadline`` is set first (then cancel it): whether it was cut."""
+    task = asyncio.ensure_future(work)
+    if deadline.is_set():
+        task.cancel()
+    stop = asyncio.ensure_future(deadline.wait())
+    try:
+        await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    finally:
+        stop.cancel()
+    if task.done() and not task.cancelled():
+        task.result()  # its errors are the caller's
+        return False
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, ConnectionResetError):
+        await task
+    return True
+
+
+async def _end_with_error(resp: Sink, msg: str) -> None:
+    event = b"data: " + error_body(StreamBroken(msg)) + b"\n\ndata: [DONE]\n\n"
+    try:
+        await resp.write(event)
+        await resp.write_eof()
+    except (ConnectionResetError, RuntimeError):
+        pass
 
 
 def _maybe_shadow(t: _Turn, req: ClientRequest, text: Callable[[], str]) -> None:

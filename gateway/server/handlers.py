@@ -14,6 +14,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from gateway.errors import GatewayError, MethodNotAllowed, ModelNotFound, NotFound, Unauthorized
+from gateway.server import drain
 from gateway.server.completions import chat_completions, completions
 from gateway.server.embeddings import embeddings
 from gateway.server.replies import JSON, error_response, request_id
@@ -82,6 +83,8 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
+    if drain.draining(request.app):  # shutting down: new work goes elsewhere, at once
+        return web.json_response({"ready": False, "draining": True}, status=503)
     pools = request.app[GATEWAY].runtime.pools
     health = pools.health()
     ok = any(health.values())
