@@ -10,8 +10,8 @@ import orjson
 import pytest
 
 from gateway.checks.base import CheckResult
-from gateway.dispatch.fallback import all_failed, reason, verdict
-from gateway.dispatch.outcome import Failure, describe_fallback
+from gateway.dispatch.fallback import reason, verdict
+from gateway.dispatch.outcome import Failure, all_failed, describe_fallback
 from gateway.errors import GatewayError, RateLimited, UpstreamFailed, UpstreamTimeout, error_body
 from gateway.upstream import failures as f
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from gateway.cache.entry import Entry
 from gateway.cache.key import NO_TENANT, Route
@@ -34,9 +34,6 @@ from gateway.rules.cache import CacheRule
 from gateway.rules.schema import Rules
 from gateway.tenancy.tenants import Effective
 from gateway.upstream.pools import Pools
-
-if TYPE_CHECKING:
-    from gateway.cache.cache import ResponseCache
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +75,16 @@ def cache_control(value: str | None) -> dict[str, str]:
     return out
 
 
+class Keeper(Protocol):
+    """What a lookup hands its fresh answer to (:class:`gateway.cache.cache.ResponseCache`)."""
+
+    def spawn_keep(self, look: Lookup, kept: Kept) -> None: ...
+
+    def land(self, look: Lookup, entry: Entry | None) -> None: ...
+
+
 class Lookup:
-    def __init__(self, cache: ResponseCache, ask: Ask, rule: CacheRule, route: Route):
+    def __init__(self, cache: Keeper, ask: Ask, rule: CacheRule, route: Route):
         self.ask = ask
         self.rule = rule
         self.route = route

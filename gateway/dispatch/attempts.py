@@ -44,11 +44,11 @@ from gateway.dispatch.budget import MIN_ATTEMPT_S, Kind, LatencyBook, reserve
 from gateway.dispatch.call import Call
 from gateway.dispatch.complete import Completer
 from gateway.dispatch.continuation import Continuer
-from gateway.dispatch.fallback import all_failed, verdict
+from gateway.dispatch.fallback import verdict
 from gateway.dispatch.finish import plan
 from gateway.dispatch.hedge import BothFailed, HedgeBudget, HedgeWatch, race
 from gateway.dispatch.opening import Opening, StreamOpener
-from gateway.dispatch.outcome import BridgePlan, Failure, Outcome, Trail
+from gateway.dispatch.outcome import BridgePlan, Failure, Outcome, Trail, all_failed
 from gateway.dispatch.relay import StreamRelay
 from gateway.request.model import ClientRequest
 from gateway.routing.router import RouteDecision

@@ -8,18 +8,15 @@ the same tier is tried again after a short wait; whether it was a timeout (the l
 failure decides 504 over 502); whether it counts against the tier's circuit; whether a
 non-streamed attempt's text so far may be continued by the next tier. These are the
 fallback triggers of the rules: every failure moves on to the next tier but the
-request's own 4xx, and a check failure never opens a circuit. :func:`all_failed` is the
-OpenAI error when no tier answered.
+request's own 4xx, and a check failure never opens a circuit. The OpenAI error when no
+tier answered is :func:`gateway.dispatch.outcome.all_failed`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING
 
-from gateway.errors import GatewayError, RateLimited, UpstreamFailed, UpstreamTimeout
 from gateway.upstream.failures import (
     AnswerTimeout,
     AnswerTooLarge,
@@ -49,9 +46,6 @@ from gateway.upstream.failures import (
     UpstreamRateLimited,
     UpstreamStatus,
 )
-
-if TYPE_CHECKING:
-    from gateway.dispatch.outcome import Failure
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,25 +111,3 @@ def verdict(e: AttemptFailed) -> Verdict:
 def reason(e: AttemptFailed) -> str:
     """``e``'s reason: ``http_503``, ``check_repetition``, ``stall`` ..."""
     return verdict(e).reason_of(e)
-
-
-def all_failed(last: AttemptFailed, failures: Sequence[Failure]) -> GatewayError | ClientRejected:
-    """What the client gets when no tier answered; ``last`` is the last attempt's failure.
-    An engine's client error is relayed as it is; a request the queues could not start is
-    a 429 with ``Retry-After``; else a 504 when the last failure was a timeout, a 502."""
-    if isinstance(last, ClientRejected):
-        return last
-    if isinstance(last, Shed):  # the queue could not start it in time: come back later
-        retry = last.retry_after or 1.0
-        return RateLimited(
-            f"The gateway is saturated: {last.detail}.",
-            retry_after=retry,
-            type_="server_overloaded",
-            code="overloaded",
-            headers={"Retry-After": str(int(retry))},
-        )
-    what = "; ".join(f"{f.tier}: {f.reason}" for f in failures) or reason(last)
-    msg = f"Every tier failed: {what}."
-    if failures and failures[-1].timeout:
-        return UpstreamTimeout(msg)
-    return UpstreamFailed(msg)

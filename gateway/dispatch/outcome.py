@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.dispatch.fallback import verdict
-from gateway.upstream.failures import AttemptFailed, CheckFailed
+from gateway.dispatch.fallback import reason, verdict
+from gateway.errors import GatewayError, RateLimited, UpstreamFailed, UpstreamTimeout
+from gateway.upstream.failures import AttemptFailed, CheckFailed, ClientRejected, Shed
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,3 +98,25 @@ def describe_fallback(failures: list[Failure], tier: str) -> str | None:
     if not failures:
         return None
     return "; ".join(f.short() for f in failures) + f" -> {tier}"
+
+
+def all_failed(last: AttemptFailed, failures: Sequence[Failure]) -> GatewayError | ClientRejected:
+    """What the client gets when no tier answered; ``last`` is the last attempt's failure.
+    An engine's client error is relayed as it is; a request the queues could not start is
+    a 429 with ``Retry-After``; else a 504 when the last failure was a timeout, a 502."""
+    if isinstance(last, ClientRejected):
+        return last
+    if isinstance(last, Shed):  # the queue could not start it in time: come back later
+        retry = last.retry_after or 1.0
+        return RateLimited(
+            f"The gateway is saturated: {last.detail}.",
+            retry_after=retry,
+            type_="server_overloaded",
+            code="overloaded",
+            headers={"Retry-After": str(int(retry))},
+        )
+    what = "; ".join(f"{f.tier}: {f.reason}" for f in failures) or reason(last)
+    msg = f"Every tier failed: {what}."
+    if failures and failures[-1].timeout:
+        return UpstreamTimeout(msg)
+    return UpstreamFailed(msg)

@@ -10,7 +10,6 @@ headers say where the answer came from: ``x-gateway-cache: hit``, ``age``,
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -19,12 +18,9 @@ from gateway.cache.replay import json_body, sse_body
 from gateway.dispatch.outcome import Trail
 from gateway.headers import H_REQUEST_ID, H_TIER
 from gateway.server.exchange import Exchange
-from gateway.server.replies import JSON, new_id
+from gateway.server.replies import JSON, Wire, new_id
 from gateway.server.state import Gateway
 from gateway.tenancy.tenants import Effective
-
-if TYPE_CHECKING:
-    from gateway.server.completions import Wire
 
 CACHE_TIER = "cache"  # the tier of a hit in metrics and usage: no engine ran
 

@@ -14,7 +14,6 @@ import logging
 import zlib
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Protocol
 
 import orjson
 from aiohttp import web
@@ -44,7 +43,7 @@ from gateway.server import drain
 from gateway.server.budgets import priced_route
 from gateway.server.cached import serve_hit
 from gateway.server.exchange import Exchange
-from gateway.server.replies import JSON, error_response, new_id, request_id
+from gateway.server.replies import JSON, Wire, error_response, new_id, request_id
 from gateway.server.state import GATEWAY, Gateway, Runtime
 from gateway.settings import Settings
 from gateway.telemetry.context import REQUEST_ID
@@ -53,15 +52,6 @@ from gateway.upstream.failures import ClientRejected
 
 log = logging.getLogger("gateway.server")
 Parse = Callable[[bytes], ClientRequest]
-
-
-class Wire(Protocol):
-    """How answers leave when the client speaks another API than the engine (the Responses
-    API over chat completions): the JSON answer and the stream, translated."""
-
-    def answer(self, body: bytes) -> bytes: ...
-
-    def sink(self, resp: web.StreamResponse) -> Sink: ...
 
 
 @dataclass(frozen=True, slots=True)

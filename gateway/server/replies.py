@@ -1,11 +1,14 @@
-"""Small pieces every data-plane handler shares: the request id and the error response."""
+"""Small pieces every data-plane handler shares: the request id, the error response, and
+the :class:`Wire` an answer leaves through when the client speaks another API."""
 
 from __future__ import annotations
 
 import random
+from typing import Protocol
 
 from aiohttp import web
 
+from gateway.dispatch.relay import Sink
 from gateway.errors import GatewayError, error_body
 from gateway.headers import H_REQUEST_ID
 
@@ -41,3 +44,12 @@ def error_response(
 ) -> web.Response:
     headers = {H_REQUEST_ID: rid, **(extra or {})}
     return web.Response(status=err.status, body=error_body(err), content_type=JSON, headers=headers)
+
+
+class Wire(Protocol):
+    """How answers leave when the client speaks another API than the engine (the Responses
+    API over chat completions): the JSON answer and the stream, translated."""
+
+    def answer(self, body: bytes) -> bytes: ...
+
+    def sink(self, resp: web.StreamResponse) -> Sink: ...
