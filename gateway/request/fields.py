@@ -30,7 +30,8 @@ _MAX_STOPS = 4
 _MAX_TEXT_LOGPROBS = 5
 
 
-def _kind(v: object) -> str:
+def json_type(v: object) -> str:
+    """How OpenAI's errors name a JSON value's type: ``a string``, ``an array``, ``null``..."""
     if v is None:
         return "null"
     if isinstance(v, bool):
@@ -46,9 +47,15 @@ def _kind(v: object) -> str:
 
 def bad_type(param: str, expected: str, value: object) -> InvalidField:
     return InvalidField(
-        f"Invalid type for '{param}': expected {expected}, but got {_kind(value)} instead.",
+        f"Invalid type for '{param}': expected {expected}, but got {json_type(value)} instead.",
         param=param,
         code="invalid_type",
+    )
+
+
+def missing(param: str) -> InvalidField:
+    return InvalidField(
+        f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter"
     )
 
 
@@ -142,11 +149,7 @@ def _tool_choice(v: object) -> None:
     if not isinstance(v, dict):
         raise bad_type("tool_choice", "one of a string or an object", v)
     if not isinstance(v.get("type"), str):
-        raise InvalidField(
-            "Missing required parameter: 'tool_choice.type'.",
-            param="tool_choice.type",
-            code="missing_required_parameter",
-        )
+        raise missing("tool_choice.type")
 
 
 def _stream_options(v: object) -> None:

@@ -15,7 +15,7 @@ import orjson
 
 from gateway.checks.base import RequestFacts
 from gateway.errors import InvalidField, InvalidJSON
-from gateway.request.fields import check_sampling
+from gateway.request.fields import bad_type, check_sampling, json_type, missing
 
 Kind = Literal["chat", "completions"]
 _ROLES = frozenset({"system", "user", "assistant", "tool", "developer", "function"})
@@ -47,34 +47,6 @@ def _affinity(head: str) -> int:
     return zlib.crc32(head.encode("utf-8", "surrogatepass"))
 
 
-def _missing(param: str) -> InvalidField:
-    return InvalidField(
-        f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter"
-    )
-
-
-def _type(param: str, expected: str, value: object) -> InvalidField:
-    return InvalidField(
-        f"Invalid type for '{param}': expected {expected}, but got {_json_type(value)}.",
-        param=param,
-        code="invalid_type",
-    )
-
-
-def _json_type(v: object) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "a boolean"
-    if isinstance(v, int | float):
-        return "a number"
-    if isinstance(v, str):
-        return "a string"
-    if isinstance(v, list):
-        return "an array"
-    return "an object"
-
-
 _MAX_DEPTH = 255  # the first nesting depth orjson cannot write back (the body is forwarded)
 
 
@@ -86,7 +58,7 @@ def _decode(raw: bytes) -> dict[str, Any]:
     except orjson.JSONDecodeError as e:
         raise InvalidJSON(f"The request body is not valid JSON: {e}.") from None
     if not isinstance(body, dict):
-        raise InvalidJSON(f"The request body must be a JSON object, not {_json_type(body)}.")
+        raise InvalidJSON(f"The request body must be a JSON object, not {json_type(body)}.")
     if raw.count(b"[") + raw.count(b"{") >= _MAX_DEPTH:  # cheap: only then the real test
         try:
             orjson.dumps(body)  # orjson reads 1,024 levels but writes only 254
@@ -106,21 +78,21 @@ def require_str(body: dict[str, Any], param: str) -> str:
     """``body[param]`` when it is a string; a 400 naming ``param`` when missing or not."""
     v = body.get(param)
     if v is None:
-        raise _missing(param)
+        raise missing(param)
     if not isinstance(v, str):
-        raise _type(param, "a string", v)
+        raise bad_type(param, "a string", v)
     return v
 
 
 def _common(body: dict[str, Any], chat: bool) -> tuple[str, bool, int | None]:
     model = body.get("model")
     if model is None:
-        raise _missing("model")
+        raise missing("model")
     if not isinstance(model, str):
-        raise _type("model", "a string", model)
+        raise bad_type("model", "a string", model)
     stream = body.get("stream", False)
     if stream is not None and not isinstance(stream, bool):
-        raise _type("stream", "a boolean", stream)
+        raise bad_type("stream", "a boolean", stream)
     max_tokens: int | None = None
     for p in ("max_tokens", "max_completion_tokens"):
         v = body.get(p)
@@ -141,14 +113,14 @@ def _content_text(content: object, param: str) -> str:
         parts = []
         for j, part in enumerate(content):
             if not isinstance(part, dict):
-                raise _type(f"{param}[{j}]", "an object", part)
+                raise bad_type(f"{param}[{j}]", "an object", part)
             t = part.get("text")
             if isinstance(t, str):
                 parts.append(t)
             elif t is not None or part.get("type") == "text":
-                raise _type(f"{param}[{j}].text", "a string", t)
+                raise bad_type(f"{param}[{j}].text", "a string", t)
         return "\n".join(parts)
-    raise _type(param, "a string or an array of content parts", content)
+    raise bad_type(param, "a string or an array of content parts", content)
 
 
 def _tools(body: dict[str, Any]) -> tuple[dict[str, dict[str, Any] | None], frozenset[str]]:
@@ -157,25 +129,25 @@ def _tools(body: dict[str, Any]) -> tuple[dict[str, dict[str, Any] | None], froz
     if tools is None:
         return {}, frozenset()
     if not isinstance(tools, list):
-        raise _type("tools", "an array", tools)
+        raise bad_type("tools", "an array", tools)
     out: dict[str, dict[str, Any] | None] = {}
     other: set[str] = set()
     for i, t in enumerate(tools):
         if not isinstance(t, dict):
-            raise _type(f"tools[{i}]", "an object", t)
+            raise bad_type(f"tools[{i}]", "an object", t)
         kind = t.get("type", "function")
         if kind != "function":
             other.add(str(kind))  # "custom", a hosted tool: passed through, the engine's to judge
             continue
         fn = t.get("function")
         if not isinstance(fn, dict):
-            raise _missing(f"tools[{i}].function")
+            raise missing(f"tools[{i}].function")
         name = fn.get("name")
         if not isinstance(name, str) or not name:
-            raise _missing(f"tools[{i}].function.name")
+            raise missing(f"tools[{i}].function.name")
         params = fn.get("parameters")
         if params is not None and not isinstance(params, dict):
-            raise _type(f"tools[{i}].function.parameters", "an object", params)
+            raise bad_type(f"tools[{i}].function.parameters", "an object", params)
         out[name] = params
     return out, frozenset(other)
 
@@ -185,7 +157,7 @@ def _response_format(body: dict[str, Any]) -> tuple[bool, dict[str, Any] | None]
     if rf is None:
         return False, None
     if not isinstance(rf, dict):
-        raise _type("response_format", "an object", rf)
+        raise bad_type("response_format", "an object", rf)
     typ = rf.get("type")
     if typ not in _FORMATS:
         raise InvalidField(
@@ -200,10 +172,10 @@ def _response_format(body: dict[str, Any]) -> tuple[bool, dict[str, Any] | None]
     if typ == "json_schema":
         js = rf.get("json_schema")
         if not isinstance(js, dict):
-            raise _missing("response_format.json_schema")
+            raise missing("response_format.json_schema")
         s = js.get("schema")
         if s is not None and not isinstance(s, dict):
-            raise _type("response_format.json_schema.schema", "an object", s)
+            raise bad_type("response_format.json_schema.schema", "an object", s)
         schema = s
     return True, schema
 
@@ -214,9 +186,9 @@ def parse_chat(raw: bytes) -> ClientRequest:
     max_set = max_tokens is not None
     messages = body.get("messages")
     if messages is None:
-        raise _missing("messages")
+        raise missing("messages")
     if not isinstance(messages, list):
-        raise _type("messages", "an array", messages)
+        raise bad_type("messages", "an array", messages)
     if not messages:
         raise InvalidField(
             "'messages' must contain at least one message.", param="messages", code="invalid_value"
@@ -226,7 +198,7 @@ def parse_chat(raw: bytes) -> ClientRequest:
     head = ""
     for i, m in enumerate(messages):
         if not isinstance(m, dict):
-            raise _type(f"messages[{i}]", "an object", m)
+            raise bad_type(f"messages[{i}]", "an object", m)
         role = m.get("role")
         if not isinstance(role, str) or role not in _ROLES:
             raise InvalidField(
@@ -238,7 +210,7 @@ def parse_chat(raw: bytes) -> ClientRequest:
         if content is None and not (  # OpenAI: only an assistant's tool call may omit it
             role == "assistant" and (m.get("tool_calls") or m.get("function_call"))
         ):
-            raise _missing(f"messages[{i}].content")
+            raise missing(f"messages[{i}].content")
         text = _content_text(content, f"messages[{i}].content")
         chars += len(text)
         if i == 0:
@@ -267,7 +239,7 @@ def parse_completion(raw: bytes) -> ClientRequest:
     max_set = max_tokens is not None
     prompt = body.get("prompt")
     if prompt is None:
-        raise _missing("prompt")
+        raise missing("prompt")
     if isinstance(prompt, str):
         text = prompt
     elif isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):
@@ -287,7 +259,7 @@ def parse_completion(raw: bytes) -> ClientRequest:
             max_tokens=max_tokens,
         )
     else:
-        raise _type("prompt", "a string, an array of strings or an array of token ids", prompt)
+        raise bad_type("prompt", "a string, an array of strings or an array of token ids", prompt)
     facts = RequestFacts(max_tokens_set=max_set, json_mode=False, json_schema=None, tools={})
     affinity = _affinity(text[:256])
     return ClientRequest(
