@@ -63,6 +63,14 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _row(key: str, info: FieldInfo) -> str:
+    """One table row: the key, its type, its default, its description."""
+    return (
+        f"| `{key}` | `{_cell(_type_name(info.annotation))}` | "
+        f"`{_cell(_default(info))}` | {_cell(info.description or '')} |\n"
+    )
+
+
 def _models(tp: object) -> list[type[BaseModel]]:
     if isinstance(tp, type) and issubclass(tp, BaseModel):
         return [tp]
@@ -93,11 +101,7 @@ def rules_reference() -> str:
         out.append("\n| key | type | default | description |\n|---|---|---|---|\n")
         for name, info in model.model_fields.items():
             key = info.alias or name
-            desc = info.description or ""
-            out.append(
-                f"| `{key}` | `{_cell(_type_name(info.annotation))}` | "
-                f"`{_cell(_default(info))}` | {_cell(desc)} |\n"
-            )
+            out.append(_row(key, info))
             for sub in _models(info.annotation):
                 queue.append((f"{where}.{key}" if where != "(top level)" else key, sub))
     return "".join(out)
@@ -113,10 +117,7 @@ def env_reference() -> str:
         "| variable | type | default | description |\n|---|---|---|---|\n"
     )
     for name, info in Settings.model_fields.items():
-        out.append(
-            f"| `GATEWAY_{name.upper()}` | `{_cell(_type_name(info.annotation))}` | "
-            f"`{_cell(_default(info))}` | {_cell(info.description or '')} |\n"
-        )
+        out.append(_row(f"GATEWAY_{name.upper()}", info))
     return "".join(out)
 
 
