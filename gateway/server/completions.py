@@ -9,10 +9,9 @@ explain it. Every error leaves as an OpenAI envelope.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import zlib
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import orjson
@@ -201,7 +200,7 @@ async def _relay(t: _Turn, relay: StreamRelay) -> web.StreamResponse:
     try:
         sink = resp if wire is None else wire.sink(resp)
         sink = sink if ex.cache is None else ex.cache.tee(sink)
-        await _drive(relay, sink, ex, drain.deadline(t.request.app))
+        await _drive(relay, sink, ex, drain.of(t.request.app))
     finally:
         ex.tier = relay.tier
         ex.usage, ex.cost = relay.charged()
@@ -215,46 +214,34 @@ async def _relay(t: _Turn, relay: StreamRelay) -> web.StreamResponse:
     return resp
 
 
-async def _drive(
-    relay: StreamRelay, resp: Sink, ex: Exchange, deadline: asyncio.Event | None
-) -> None:
+async def _drive(relay: StreamRelay, resp: Sink, ex: Exchange, d: drain.Drain | None) -> None:
     """Relay to the end. The head is sent: a bug from here on ends the stream with an error
     event and ``[DONE]`` (logged once), never a second response head; so does the end of a
-    shutdown's drain (the relay is cancelled, which closes the upstream stream)."""
+    shutdown's drain (it cancels this task: the relay closes the upstream stream)."""
+    task = asyncio.current_task()
     try:
-        if deadline is None or not await _cut_at(relay.run(resp), deadline):
-            return
+        if d is not None and task is not None:
+            if d.cut:
+                raise asyncio.CancelledError
+            d.streams.add(task)
+        await relay.run(resp)
+        return
+    except ConnectionResetError:
+        return  # the client left; the relay has closed the upstream
+    except asyncio.CancelledError:
+        if d is None or not d.cut or task is None:
+            return  # the client left; the relay has closed the upstream
+        task.uncancel()
         relay.broken = True
         msg = f"The gateway is shutting down; retry the request. Request id {ex.rid}."
-    except (ConnectionResetError, asyncio.CancelledError):
-        return  # the client left; the relay has closed the upstream
     except Exception:
         log.exception("unexpected error relaying a stream (request %s)", ex.rid)
         relay.broken = True
         msg = f"The stream failed inside the gateway; request id {ex.rid}."
-    await _end_with_error(resp, msg)
-
-
-async def _cut_at(work: Coroutine[object, object, None], deadline: asyncio.Event) -> bool:
-    """Run ``work`` unless ``deadline`` is set first (then cancel it): whether it was cut."""
-    task = asyncio.ensure_future(work)
-    if deadline.is_set():
-        task.cancel()
-    stop = asyncio.ensure_future(deadline.wait())
-    try:
-        await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:
-        task.cancel()
-        raise
     finally:
-        stop.cancel()
-    if task.done() and not task.cancelled():
-        task.result()  # its errors are the caller's
-        return False
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError, ConnectionResetError):
-        await task
-    return True
+        if d is not None and task is not None:
+            d.streams.discard(task)
+    await _end_with_error(resp, msg)
 
 
 async def _end_with_error(resp: Sink, msg: str) -> None:

@@ -17,22 +17,25 @@ END_GRACE = 1.0  # seconds after the deadline for the handlers to write their la
 
 
 class Drain:
+    """The drain's state: whether it began, whether its deadline passed, and the handler tasks
+    relaying a stream (cancelled at the deadline; a set add and discard per stream)."""
+
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
         self.draining = False
-        self._deadline: asyncio.Event | None = None
-
-    @property
-    def deadline(self) -> asyncio.Event:
-        if self._deadline is None:
-            self._deadline = asyncio.Event()
-        return self._deadline
+        self.cut = False  # the deadline passed: open streams end now
+        self.streams: set[asyncio.Task[object]] = set()
 
     def begin(self) -> None:
         if self.draining:
             return
         self.draining = True
-        asyncio.get_running_loop().call_later(self.seconds, self.deadline.set)
+        asyncio.get_running_loop().call_later(self.seconds, self._cut)
+
+    def _cut(self) -> None:
+        self.cut = True
+        for task in self.streams:
+            task.cancel()
 
 
 DRAIN = web.AppKey("drain", Drain)
@@ -57,6 +60,5 @@ def draining(app: web.Application) -> bool:
     return d is not None and d.draining
 
 
-def deadline(app: web.Application) -> asyncio.Event | None:
-    d = app.get(DRAIN)
-    return None if d is None else d.deadline
+def of(app: web.Application) -> Drain | None:
+    return app.get(DRAIN)
