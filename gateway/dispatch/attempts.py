@@ -53,7 +53,6 @@ from gateway.dispatch.relay import StreamRelay
 from gateway.request.model import ClientRequest
 from gateway.routing.router import RouteDecision
 from gateway.rules.schema import Dispatch
-from gateway.telemetry.context import REQUEST_ID
 from gateway.telemetry.recorder import Telemetry
 from gateway.tenancy.limits import Reserve
 from gateway.tenancy.tenants import Effective
@@ -332,8 +331,7 @@ class Dispatcher:
                 failure = Failure.of(tier, e, time.perf_counter() - t0)
                 trail.failures.append(failure)
                 span.set_attribute("gateway.attempt.outcome", failure.reason)
-                rid = REQUEST_ID.get()
-                log.info("attempt on %s failed: %s (%s) [%s]", tier, failure.reason, e.detail, rid)
+                log.info("attempt on %s failed: %s (%s)", tier, failure.reason, e.detail)
                 raise
         trail.ok_attempt_s = time.perf_counter() - t0
         self.book.add(tier, "stream" if how.stream else "answer", trail.ok_attempt_s)

@@ -38,6 +38,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from gateway.checks.base import Check, CheckResult, Output, RequestFacts, run_checks
 from gateway.telemetry.cache_meters import CacheMeters
+from gateway.telemetry.context import REQUEST_ID
 from gateway.telemetry.histograms import Histogram, HistogramCollector
 from gateway.telemetry.record import RequestRecord, access_fields
 
@@ -348,7 +349,9 @@ def _otlp_tracer(endpoint: str, resource: Resource) -> Any:
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message, and the record's fields."""
+    """One JSON object per line: time, level, logger, message, the request being served
+    (``request_id``, from :data:`gateway.telemetry.context.REQUEST_ID`) and the record's
+    fields."""
 
     def format(self, record: logging.LogRecord) -> str:
         doc: dict[str, Any] = {
@@ -357,6 +360,9 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        rid = REQUEST_ID.get()
+        if rid != "-":
+            doc["request_id"] = rid
         fields = getattr(record, "fields", None)
         if isinstance(fields, dict):
             doc.update(fields)
