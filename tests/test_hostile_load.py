@@ -39,6 +39,11 @@ def pair(
         p.stop()
 
 
+def inflight(prefix: str, tenant: str) -> int:
+    """The concurrency slots ``tenant`` holds in the store under ``prefix``."""
+    return asyncio.run(_inflight(prefix, tenant))
+
+
 async def _inflight(prefix: str, tenant: str) -> int:
     s = RedisStore(REDIS, prefix)
     try:
