@@ -8,6 +8,7 @@ from typing import Any
 
 from gateway.dispatch.fallback import reason, verdict
 from gateway.errors import GatewayError, RateLimited, UpstreamFailed, UpstreamTimeout
+from gateway.headers import H_RETRY_AFTER
 from gateway.upstream.failures import AttemptFailed, CheckFailed, ClientRejected, Shed
 
 
@@ -113,7 +114,7 @@ def all_failed(last: AttemptFailed, failures: Sequence[Failure]) -> GatewayError
             retry_after=retry,
             type_="server_overloaded",
             code="overloaded",
-            headers={"Retry-After": str(int(retry))},
+            headers={H_RETRY_AFTER: str(int(retry))},
         )
     what = "; ".join(f"{f.tier}: {f.reason}" for f in failures) or reason(last)
     msg = f"Every tier failed: {what}."

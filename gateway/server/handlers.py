@@ -54,22 +54,27 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-async def models(request: web.Request) -> web.Response:
-    """``GET /v1/models``: with keys required, only for a valid key (as every ``/v1`` route)."""
-    gw = request.app[GATEWAY]
-    try:
-        await gw.access.authenticate(request.headers.get("Authorization"))
-    except GatewayError as e:
-        return error_response(e, request_id(request))
-    return web.Response(body=gw.runtime.models_body, content_type=JSON)
-
-
-async def model(request: web.Request) -> web.Response:
-    """``GET /v1/models/{id}``: one entry of the list, or a 404 envelope."""
+async def _refused(request: web.Request) -> web.Response | None:
+    """With keys required, the error for a request without a valid key (as every ``/v1``
+    route answers it); None when the key is good or none is needed."""
     try:
         await request.app[GATEWAY].access.authenticate(request.headers.get("Authorization"))
     except GatewayError as e:
         return error_response(e, request_id(request))
+    return None
+
+
+async def models(request: web.Request) -> web.Response:
+    """``GET /v1/models``: the models, for a valid key when keys are required."""
+    if (refused := await _refused(request)) is not None:
+        return refused
+    return web.Response(body=request.app[GATEWAY].runtime.models_body, content_type=JSON)
+
+
+async def model(request: web.Request) -> web.Response:
+    """``GET /v1/models/{id}``: one entry of the list, or a 404 envelope."""
+    if (refused := await _refused(request)) is not None:
+        return refused
     name = request.match_info["model"]
     for entry in orjson.loads(request.app[GATEWAY].runtime.models_body)["data"]:
         if entry["id"] == name:
