@@ -37,7 +37,6 @@ from gateway.headers import (
     H_REMAINING_REQUESTS,
     H_REMAINING_TOKENS,
     H_RESET_REQUESTS,
-    H_RETRY_AFTER,
 )
 from gateway.store.base import AdmissionStore, KeyStore, Lifecycle, UsageStore, Used
 from gateway.tenancy.limits import (
@@ -258,7 +257,7 @@ class Access:
 def _denied(adm: Admission) -> RateLimited:
     retry = max(adm.retry_after_s, 0.001)
     headers = rate_headers(adm)
-    headers[H_RETRY_AFTER] = str(max(1, round(retry + 0.4999)))
+    headers["Retry-After"] = str(max(1, round(retry + 0.4999)))
     if adm.denied in ("budget", "cost_budget"):
         what = "token" if adm.denied == "budget" else "USD"
         return RateLimited(

@@ -8,7 +8,6 @@ from typing import Any
 
 from gateway.dispatch.fallback import reason, verdict
 from gateway.errors import GatewayError, RateLimited, UpstreamFailed, UpstreamTimeout
-from gateway.headers import H_RETRY_AFTER
 from gateway.upstream.failures import AttemptFailed, CheckFailed, ClientRejected, Shed
 
 
@@ -114,7 +113,7 @@ def all_failed(last: AttemptFailed, failures: Sequence[Failure]) -> GatewayError
             retry_after=retry,
             type_="server_overloaded",
             code="overloaded",
-            headers={H_RETRY_AFTER: str(int(retry))},
+            headers={"Retry-After": str(int(retry))},
         )
     what = "; ".join(f"{f.tier}: {f.reason}" for f in failures) or reason(last)
     msg = f"Every tier failed: {what}."
