@@ -19,6 +19,7 @@ from evals.fleet.procs import (
     admin_json,
     http,
     redis_role,
+    replica_in_sync,
     sentinel_master,
     wait_for,
 )
@@ -42,6 +43,8 @@ def redis_failover(f: Fleet) -> dict[str, Any]:
     back as a replica."""
     old = sentinel_master(f.sentinels[0])
     assert old is not None, "no master known to the sentinels"
+    for port in (p for p in f.redis if p != old):
+        wait_for("the replica in sync", lambda p=port: replica_in_sync(old, p), 30)
     f.redis[old].signal(signal.SIGKILL)
     f.redis[old].wait(5)
     t0 = time.monotonic()

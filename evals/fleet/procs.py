@@ -104,7 +104,8 @@ class Proc:
 
 def redis_server(name: str, port: int, logdir: Path, *extra: str) -> Proc:
     argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-            "--appendonly", "no", "--dir", str(logdir), "--dbfilename", f"{name}.rdb", *extra]
+            "--appendonly", "no", "--dir", str(logdir), "--dbfilename", f"{name}.rdb",
+            "--repl-diskless-sync-delay", "0", *extra]
     return Proc(name, argv, logdir)
 
 
@@ -122,6 +123,20 @@ def redis_role(port: int) -> str:
     out = subprocess.run(["redis-cli", "-p", str(port), "ROLE"], capture_output=True,
                          text=True, timeout=2)
     return out.stdout.split("\n", 1)[0].strip()
+
+
+def replica_in_sync(master: int, replica: int) -> bool:
+    """Whether ``replica`` is linked to ``master`` and has applied all it has written (a
+    failover before the first sync would promote an empty replica)."""
+    def info(port: int) -> dict[str, str]:
+        out = subprocess.run(["redis-cli", "-p", str(port), "INFO", "replication"],
+                             capture_output=True, text=True, timeout=2)
+        return dict(ln.strip().split(":", 1) for ln in out.stdout.splitlines() if ":" in ln)
+
+    m, r = info(master), info(replica)
+    if r.get("master_link_status") != "up" or "master_repl_offset" not in m:
+        return False
+    return int(r.get("slave_repl_offset", "-1")) >= int(m["master_repl_offset"])
 
 
 def sentinel_master(port: int) -> int | None:
