@@ -99,10 +99,11 @@ def _serve_one(settings: Settings, rules: Rules, path: Path, self_check: bool) -
     from engines.launcher import self_check_hook
     from gateway.admin.server import AdminListenError
     from gateway.serve import build_app
-    from gateway.server.drain import END_GRACE
+    from gateway.server.drain import END_GRACE, on_sigterm
 
     app = build_app(settings, rules, path, path.read_text(encoding="utf-8"), _say)
     app.on_startup.append(_tune_gc)
+    on_sigterm(app, settings.drain_listen_seconds)
     if self_check:
         app.on_startup.append(self_check_hook(settings.host, settings.port, _say))
     try:
@@ -117,6 +118,7 @@ def _serve_one(settings: Settings, rules: Rules, path: Path, self_check: bool) -
             handler_cancellation=True,
             reuse_port=settings.reuse_port or None,
             shutdown_timeout=settings.drain_seconds + END_GRACE,
+            keepalive_timeout=settings.idle_timeout,
         )
     except AdminListenError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -56,6 +56,14 @@ class Settings(BaseSettings):
         "in-flight requests and streams finish for this long, then open streams end with an "
         "error event and [DONE]; the process exits within this plus 3 s",
     )
+    drain_listen_seconds: float = Field(
+        default=2.0,
+        ge=0,
+        le=3600,
+        description="SIGTERM: the listener stays open this long (within drain_seconds), "
+        "answering with Connection: close, so load balancers and clients move off before "
+        "idle connections are closed",
+    )
     redis_url: str | None = Field(
         default=None,
         description="the shared store: redis://, rediss://, unix://, "
@@ -120,6 +128,19 @@ class Settings(BaseSettings):
         default=30.0, gt=0, le=3600, description="a request body must arrive within this"
     )
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024, le=512 * 1024 * 1024)
+    max_body_bytes_in_flight: int = Field(
+        default=64 << 20,
+        ge=1 << 20,
+        description="request bodies over 256 KiB a worker holds at once (by declared size); "
+        "one more gets a 503 with Retry-After, unless it is the only one",
+    )
+    idle_timeout: float = Field(
+        default=15.0,
+        gt=0,
+        le=3600,
+        description="a connection is closed after this long without a complete request head "
+        "(an idle keep-alive, a connection that sends nothing, headers that trickle in)",
+    )
     reserve_max_tokens: int = Field(
         default=4096, ge=1, description="reserved against a budget when a request has no max_tokens"
     )

@@ -10,6 +10,7 @@ from aiohttp import web
 
 from gateway.rules.schema import Rules
 from gateway.server import cors, drain
+from gateway.server.bodies import BODIES, BodyBudget
 from gateway.server.handlers import add_routes
 from gateway.server.middleware import catch_all
 from gateway.server.state import GATEWAY, Gateway
@@ -38,6 +39,7 @@ def create_app(settings: Settings, src: AppSource) -> web.Application:
         # request bodies are decompressed by us, with a limit on the decompressed size
         handler_args={"auto_decompress": False},
     )
+    app[BODIES] = BodyBudget(settings.max_body_bytes_in_flight, settings.max_body_bytes)
     path = src.path or settings.rules_path()
     text = src.text if src.text is not None else path.read_text(encoding="utf-8")
 

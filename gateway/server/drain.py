@@ -1,15 +1,20 @@
-"""SIGTERM drain: stop looking ready, close keep-alive connections, end open streams on time.
+"""SIGTERM drain: stop looking ready, move keep-alive clients off, end open streams on time.
 
-aiohttp runs ``on_shutdown`` once its listeners are closed; from then on ``/readyz`` answers
-503, every response carries ``Connection: close`` (keep-alive clients reconnect to another
-replica) and, ``drain_seconds`` later, every stream still open ends with an OpenAI-style
-error event and ``data: [DONE]`` (its slot and reservation released by the normal ending),
-so the handlers are all done before aiohttp's shutdown timeout, which is set a little later.
+At SIGTERM (:func:`on_sigterm`) the drain begins: ``/readyz`` answers 503 and every response
+carries ``Connection: close`` (keep-alive clients reconnect to another replica). The
+listener stays open ``listen`` seconds more, so balancers polling readiness move traffic
+off and a request on an idle keep-alive connection is answered, not cut by the close;
+then aiohttp's own shutdown closes the listener and the idle connections (``on_shutdown``
+begins the drain there too, for a process stopped without the signal). ``drain_seconds``
+after it began, every stream still open ends with an OpenAI-style error event and
+``data: [DONE]`` (its slot and reservation released by the normal ending), so the handlers
+are all done before aiohttp's shutdown timeout, which is set a little later.
 """
 
 from __future__ import annotations
 
 import asyncio
+import signal
 
 from aiohttp import web
 
@@ -50,9 +55,34 @@ def install(app: web.Application, seconds: float) -> None:
     async def close_when_draining(request: web.Request, resp: web.StreamResponse) -> None:
         if drain.draining:
             resp.force_close()
+            # said too: the hook runs after aiohttp has written its Connection header
+            resp.headers["Connection"] = "close"
 
     app.on_shutdown.append(on_shutdown)
     app.on_response_prepare.append(close_when_draining)
+
+
+def on_sigterm(app: web.Application, listen: float) -> None:
+    """SIGTERM begins the drain at once and leaves the way aiohttp's own handler does
+    (``GracefulExit``) ``listen`` seconds later (capped at the drain time)."""
+
+    async def install(app: web.Application) -> None:
+        loop = asyncio.get_running_loop()
+        drain = app[DRAIN]
+
+        def term() -> None:
+            if drain.draining:
+                return
+            drain.begin()
+            loop.call_later(min(listen, drain.seconds), _leave)
+
+        loop.add_signal_handler(signal.SIGTERM, term)  # replaces aiohttp's, set up before
+
+    app.on_startup.append(install)
+
+
+def _leave() -> None:
+    raise web.GracefulExit
 
 
 def draining(app: web.Application) -> bool:
