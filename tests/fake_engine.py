@@ -407,7 +407,7 @@ class ResponsesEngine:
 
 def make_app(name: str, model: str | None = None, strict: bool = False) -> web.Application:
     eng = Engine(name, model, strict)
-    app = web.Application()
+    app = web.Application(client_max_size=64 << 20)  # as an engine: long prompts
 
     async def models(_: web.Request) -> web.Response:
         card = {"id": eng.model, "object": "model"}

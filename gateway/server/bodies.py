@@ -6,12 +6,14 @@ declared ``Content-Length`` (a chunked body by the size limit, since it may grow
 a request that would take the total over the cap gets a 503 with ``Retry-After`` before a
 byte of its body is read, unless nothing else is held (one body up to the size limit is
 always taken). When the last large body is let go, the C allocator is asked to hand its
-free memory back to the system (``malloc_trim``), at most once a second, so a burst of
-large bodies does not leave the worker's RSS at its peak.
+free memory back to the system (``malloc_trim``), at most once a second (one due sooner
+waits for its second), so a burst of large bodies does not leave the worker's RSS at its
+peak.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import ctypes.util
 import time
@@ -46,6 +48,7 @@ class BodyBudget:
         self.trims = 0
         self._trim = trim if trim is not None else _trimmer()
         self._trimmed_at = 0.0
+        self._pending: asyncio.TimerHandle | None = None
 
     def take(self, request: web.BaseRequest) -> int:
         """The bytes now held for ``request`` (0 for a small or empty body); a 503 when the
@@ -67,13 +70,21 @@ class BodyBudget:
 
     def give(self, n: int) -> None:
         self.held -= n
-        if self.held or n < TRIM_AFTER or self._trim is None:
+        if self.held or n < TRIM_AFTER or self._trim is None or self._pending is not None:
             return
-        now = time.monotonic()
-        if now - self._trimmed_at >= TRIM_EVERY:
-            self._trimmed_at = now
-            self.trims += 1
-            self._trim()
+        wait = self._trimmed_at + TRIM_EVERY - time.monotonic()
+        if wait <= 0:
+            self._trim_now()
+        else:
+            self._pending = asyncio.get_running_loop().call_later(wait, self._trim_now)
+
+    def _trim_now(self) -> None:
+        self._pending = None
+        if self.held or self._trim is None:
+            return  # a large body came meanwhile: its own release trims
+        self._trimmed_at = time.monotonic()
+        self.trims += 1
+        self._trim()
 
 
 BODIES = web.AppKey("bodies", BodyBudget)
