@@ -222,3 +222,39 @@ def test_tokens_for(pieces: list[str], chars: int, events: int | None, tokens: i
     state = StreamState(True)
     state.parts, state.chars, state.tokens = list(pieces), sum(map(len, pieces)), len(pieces)
     assert state.tokens_for(chars, events) == tokens
+
+
+FINISH = {"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}
+
+
+@pytest.mark.parametrize(
+    ("last", "plain", "top", "choice"),
+    [
+        # SGLang's matched_stop (an EOS id) and vLLM's stop_reason, on the finish chunk
+        ({"choices": [{**FINISH, "matched_stop": 128009}]}, True, {}, {"matched_stop": 128009}),
+        ({"choices": [{**FINISH, "stop_reason": "###"}]}, True, {}, {"stop_reason": "###"}),
+        # an engine's own top-level field (the simulator's "sim", llama.cpp's "timings")
+        ({"choices": [FINISH], "timings": {"predicted_n": 2}}, True,
+         {"timings": {"predicted_n": 2}}, {}),
+        ({"choices": [FINISH], "metadata": None}, True, {}, {}),  # null: left out
+        # a choice's own field beyond the plain ones: the general assembly keeps it
+        ({"choices": [{**FINISH, "token_ids": [7, 8]}]}, False, {}, {"token_ids": [7, 8]}),
+    ],
+)
+def test_an_assembled_answer_keeps_the_engines_own_fields(
+    last: dict, plain: bool, top: dict, choice: dict
+) -> None:
+    from gateway.dispatch.assemble import assembled
+
+    stream = [chunk({"role": "assistant", "content": "Hi"}), ev({"id": "c1", **last})]
+    for general in (False, True):
+        s = fed(stream, general)
+        s.events = [block([p]) for p in stream]  # as feed() keeps them
+        assert s.plain is plain
+        answer = assembled("chat", s)
+        assert answer["choices"][0]["message"]["content"] == "Hi"
+        assert {k: v for k, v in answer.items() if k not in
+                ("object", "id", "model", "created", "choices")} == top
+        own = {k: v for k, v in answer["choices"][0].items()
+               if k not in ("index", "message", "logprobs", "finish_reason")}
+        assert own == choice

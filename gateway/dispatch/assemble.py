@@ -4,7 +4,10 @@ The gateway asks engines for a stream even when the client did not, so that time
 first token, stalls and loops are seen while tokens are generated. The client still gets
 the one JSON object it asked for: every choice, the message's fields (content, tool
 calls, reasoning, refusal, anything else the engine sent), log-probabilities, the finish
-reason, usage, and the id/model/created/system_fingerprint of the engine's events.
+reason, usage, the id/model/created/system_fingerprint of the engine's events, and the
+engine's own fields of an event or a choice (SGLang's ``matched_stop``, vLLM's
+``stop_reason``, ``prompt_logprobs`` ...; the last value sent, when not null), as the
+streamed chunks carry them.
 """
 
 from __future__ import annotations
@@ -12,9 +15,19 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.checks.base import Output
-from gateway.upstream.sse import StreamState
+from gateway.upstream.sse import TOP_KEYS, StreamState
 
-_TOP = ("id", "created", "model", "system_fingerprint", "service_tier")
+_TOP = TOP_KEYS
+_OWN_TOP = frozenset(("object", "choices", "usage", "error", *TOP_KEYS))
+_OWN_CHOICE = frozenset(("index", "delta", "text", "message", "finish_reason", "logprobs"))
+
+
+def assembled(kind: str, state: StreamState) -> dict[str, Any]:
+    """The answer of a stream that kept its events: from the state for a plain one, from
+    the events for any other."""
+    if state.plain:
+        return assemble_state(state)
+    return assemble(kind, state.parsed_events())
 
 
 def assemble(kind: str, events: list[dict[str, Any]]) -> dict[str, Any]:
@@ -22,10 +35,14 @@ def assemble(kind: str, events: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"object": "chat.completion" if chat else "text_completion"}
     choices: dict[int, dict[str, Any]] = {}
     usage = None
+    extra: dict[str, Any] = {}
     for ev in events:
         for key in _TOP:
             if key not in out and ev.get(key) is not None:
                 out[key] = ev[key]
+        for key, value in ev.items():
+            if value is not None and key not in _OWN_TOP:
+                extra[key] = value
         if ev.get("usage"):
             usage = ev["usage"]
         for ch in ev.get("choices") or ():
@@ -34,6 +51,7 @@ def assemble(kind: str, events: list[dict[str, Any]]) -> dict[str, Any]:
     out["choices"] = [_finish(choices[i], chat) for i in sorted(choices)]
     if usage is not None:
         out["usage"] = usage
+    out.update(extra)
     return out
 
 
@@ -55,9 +73,13 @@ def assemble_state(state: StreamState) -> dict[str, Any]:
         choice["text"] = state.text()
     choice["logprobs"] = None
     choice["finish_reason"] = state.finish_reason
+    if state.stops is not None:
+        choice.update((k, v) for k, v in state.stops.items() if v is not None)
     out["choices"] = [choice]
     if state.usage is not None:
         out["usage"] = state.usage
+    if state.extra:
+        out.update(state.extra)
     return out
 
 
@@ -95,9 +117,9 @@ def _merge_choice(choices: dict[int, dict[str, Any]], ch: dict[str, Any], chat: 
         c["finish_reason"] = ch["finish_reason"]
     if ch.get("logprobs"):
         c["logprobs"] = _merge_logprobs(c["logprobs"], ch["logprobs"])
-    for key in ("matched_stop", "stop_reason"):  # SGLang, vLLM
-        if ch.get(key) is not None:
-            c[key] = ch[key]
+    for key, value in ch.items():  # the engine's own: SGLang's matched_stop, vLLM's stop_reason
+        if value is not None and key not in _OWN_CHOICE:
+            c[key] = value
 
 
 def _merge_delta(msg: dict[str, Any], delta: dict[str, Any]) -> None:

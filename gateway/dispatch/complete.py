@@ -19,7 +19,7 @@ import orjson
 from gateway.checks.config import RepetitionSettings
 from gateway.checks.repetition import find_loop_start
 from gateway.checks.text import TemplateLeakCheck
-from gateway.dispatch.assemble import assemble, assemble_state, outputs
+from gateway.dispatch.assemble import assembled, outputs
 from gateway.dispatch.bridge import bridge
 from gateway.dispatch.call import Call
 from gateway.dispatch.continuation import Continuer, continuation_body
@@ -194,9 +194,7 @@ class Completer:
 
     @staticmethod
     def _assembled(call: Call, s: StreamStart) -> dict[str, Any]:
-        if s.state.plain:
-            return assemble_state(s.state)
-        return assemble(call.req.kind, s.state.parsed_events())
+        return assembled(call.req.kind, s.state)
 
     def _judge(
         self,

@@ -31,6 +31,8 @@ _PLAIN_CHOICE = frozenset(
     ("index", "delta", "text", "finish_reason", "logprobs", "matched_stop", "stop_reason")
 )
 TOP_KEYS = ("id", "created", "model", "system_fingerprint", "service_tier")
+_PLAIN_TOP = frozenset(("object", "choices", "usage", "error", *TOP_KEYS))
+STOP_KEYS = ("matched_stop", "stop_reason")  # SGLang's and vLLM's own, on the last choice
 
 
 def _extra(obj: dict[str, Any], plain: frozenset[str]) -> bool:
@@ -67,19 +69,18 @@ class _Choice(msgspec.Struct, forbid_unknown_fields=True):
     text: str | None = None
     finish_reason: str | None = None
     logprobs: None = None
-    matched_stop: Any = None  # SGLang's and vLLM's own, not in an assembled answer
+    matched_stop: Any = None  # SGLang's and vLLM's own: kept for the assembled answer
     stop_reason: Any = None
 
 
-class _Event(msgspec.Struct):
-    """An event after the one that named the stream: id, model ... are skipped, unread."""
+class _Event(msgspec.Struct, forbid_unknown_fields=True):
+    """An event's fields; one beyond these (an engine's own) takes the general path, which
+    keeps it (not null) for the assembled answer."""
 
     choices: list[_Choice] | None = None
     usage: dict[str, Any] | None = None
     error: Any = None
-
-
-class _FirstEvent(_Event):
+    object: Any = None
     id: Any = None
     model: Any = None
     created: Any = None
@@ -87,8 +88,7 @@ class _FirstEvent(_Event):
     service_tier: Any = None
 
 
-_FIRST = msgspec.json.Decoder(_FirstEvent)
-_NEXT = msgspec.json.Decoder(_Event)
+_DECODE = msgspec.json.Decoder(_Event)
 
 
 class StreamState:
@@ -102,6 +102,7 @@ class StreamState:
         "emitted",
         "eof_done",
         "events",
+        "extra",
         "finish_reason",
         "first",
         "id",
@@ -109,6 +110,7 @@ class StreamState:
         "multi",
         "parts",
         "plain",
+        "stops",
         "tokens",
         "tool_calls",
         "usage",
@@ -132,6 +134,8 @@ class StreamState:
         self.multi = False  # n > 1: several choices interleave
         self.plain = True  # nothing seen beyond text, tool calls, finish reason and usage
         self.first: dict[str, Any] = {}  # the first event's id, model, fingerprint ...
+        self.stops: dict[str, Any] | None = None  # matched_stop / stop_reason, when sent
+        self.extra: dict[str, Any] | None = None  # the events' own top-level fields (last)
 
     def feed(self, payload: bytes) -> bool:
         """Take one event's payload; True when it carried output (a token). An event that
@@ -154,14 +158,14 @@ class StreamState:
             self.done = True
             return False
         try:
-            ev = _FIRST.decode(payload) if self.id is None else _NEXT.decode(payload)
+            ev = _DECODE.decode(payload)
         except msgspec.ValidationError:
             return self._feed_general(payload)  # not plain, or malformed: the general path
         except msgspec.DecodeError:
             raise BadStream("an event is not JSON") from None
         if ev.error:
             return self._feed_general(payload)  # it words the error
-        if isinstance(ev, _FirstEvent):
+        if self.id is None:
             self.first = {k: getattr(ev, k) for k in TOP_KEYS}
             self.id, self.model, self.created = ev.id, ev.model, ev.created
         usage = ev.usage
@@ -189,6 +193,8 @@ class StreamState:
             if ch.finish_reason:
                 self.finish_reason = ch.finish_reason
                 token = True
+            if ch.matched_stop is not None or ch.stop_reason is not None:
+                self.stops = {"matched_stop": ch.matched_stop, "stop_reason": ch.stop_reason}
         if token:
             self.emitted += 1
         return token or (usage is not None and not ev.choices)
@@ -231,6 +237,10 @@ class StreamState:
         if self.id is None:
             self.first = obj
             self.id, self.model, self.created = obj.get("id"), obj.get("model"), obj.get("created")
+        if _extra(obj, _PLAIN_TOP):  # the engine's own fields: kept, the stream still plain
+            own = self.extra if self.extra is not None else {}
+            own.update((k, v) for k, v in obj.items() if v is not None and k not in _PLAIN_TOP)
+            self.extra = own
         usage = obj.get("usage")
         if usage:
             if not isinstance(usage, dict):
@@ -283,6 +293,8 @@ class StreamState:
         if fr:
             self.finish_reason = fr
             token = True
+        if any(ch.get(k) is not None for k in STOP_KEYS):
+            self.stops = {k: ch.get(k) for k in STOP_KEYS}
         return token
 
     def _tool_deltas(self, calls: list[Any]) -> None:
