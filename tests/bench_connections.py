@@ -4,8 +4,8 @@ idle timeout against without them, side by side in one run (python tests/bench_c
 16 clients each send a 9.3 MB chat body at once (under the 10 MiB limit: every head first,
 then the bodies; the gateway parses each and sends it on to a fake engine, which answers
 "ok"), while a probe times ``/healthz``; then 500 connections that send nothing. Prints
-RSS before, at its peak and 5 s after the burst, the slowest ``/healthz``, the answers by status, and
-the open file descriptors while the silent connections wait.
+RSS before, at its peak and 5 s after the burst, the slowest ``/healthz``, the answers by
+status, and the open file descriptors while the silent connections wait.
 """
 
 from __future__ import annotations
