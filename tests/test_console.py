@@ -28,7 +28,11 @@ from tests.test_tenancy import ADMIN
 
 pytest.importorskip("selenium")
 
-from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+from selenium.common.exceptions import (
+    NoSuchElementException,
+    StaleElementReferenceException,
+    WebDriverException,
+)
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support import expected_conditions
@@ -98,13 +102,23 @@ def page(browser: WebDriver, gw: Proc) -> WebDriver:
 def wait(d: WebDriver, what: Callable[[WebDriver], T], timeout: float = WAIT_S) -> T:
     """Poll ``what`` until it is truthy. The page's script re-renders its figures in place
     (every 3 s): an element not yet rendered, or replaced between finding and reading it,
-    is another poll, not a failure."""
+    is another poll, not a failure (ChromeDriver says the latter either as a stale element or
+    as an inspector error, "Node with given id does not belong to the document")."""
+
+    def poll(drv: WebDriver) -> T | None:
+        try:
+            return what(drv) or None
+        except WebDriverException as e:
+            if "does not belong to the document" in str(e.msg):
+                return None
+            raise
+
     return WebDriverWait(
         d,
         timeout,
         poll_frequency=0.1,
         ignored_exceptions=(NoSuchElementException, StaleElementReferenceException),
-    ).until(lambda drv: what(drv) or None)
+    ).until(poll)
 
 
 def by_id(d: WebDriver, id_: str) -> Any:
