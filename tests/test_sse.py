@@ -237,6 +237,7 @@ FINISH = {"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}
         ({"choices": [FINISH], "timings": {"predicted_n": 2}}, True,
          {"timings": {"predicted_n": 2}}, {}),
         ({"choices": [FINISH], "metadata": None}, True, {}, {}),  # null: left out
+        ({"choices": [FINISH], "obfuscation": "x8Kq"}, True, {}, {}),  # OpenAI's padding
         # a choice's own field beyond the plain ones: the general assembly keeps it
         ({"choices": [{**FINISH, "token_ids": [7, 8]}]}, False, {}, {"token_ids": [7, 8]}),
     ],

@@ -15,10 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.checks.base import Output
-from gateway.upstream.sse import TOP_KEYS, StreamState
+from gateway.upstream.sse import PLAIN_TOP, TOP_KEYS, StreamState
 
 _TOP = TOP_KEYS
-_OWN_TOP = frozenset(("object", "choices", "usage", "error", *TOP_KEYS))
 _OWN_CHOICE = frozenset(("index", "delta", "text", "message", "finish_reason", "logprobs"))
 
 
@@ -41,7 +40,7 @@ def assemble(kind: str, events: list[dict[str, Any]]) -> dict[str, Any]:
             if key not in out and ev.get(key) is not None:
                 out[key] = ev[key]
         for key, value in ev.items():
-            if value is not None and key not in _OWN_TOP:
+            if value is not None and key not in PLAIN_TOP:
                 extra[key] = value
         if ev.get("usage"):
             usage = ev["usage"]

@@ -31,7 +31,8 @@ _PLAIN_CHOICE = frozenset(
     ("index", "delta", "text", "finish_reason", "logprobs", "matched_stop", "stop_reason")
 )
 TOP_KEYS = ("id", "created", "model", "system_fingerprint", "service_tier")
-_PLAIN_TOP = frozenset(("object", "choices", "usage", "error", *TOP_KEYS))
+# OpenAI's "obfuscation" pads each chunk with random text: read, never kept
+PLAIN_TOP = frozenset(("object", "choices", "usage", "error", "obfuscation", *TOP_KEYS))
 STOP_KEYS = ("matched_stop", "stop_reason")  # SGLang's and vLLM's own, on the last choice
 
 
@@ -86,6 +87,7 @@ class _Event(msgspec.Struct, forbid_unknown_fields=True):
     created: Any = None
     system_fingerprint: Any = None
     service_tier: Any = None
+    obfuscation: Any = None
 
 
 _DECODE = msgspec.json.Decoder(_Event)
@@ -237,9 +239,9 @@ class StreamState:
         if self.id is None:
             self.first = obj
             self.id, self.model, self.created = obj.get("id"), obj.get("model"), obj.get("created")
-        if _extra(obj, _PLAIN_TOP):  # the engine's own fields: kept, the stream still plain
+        if _extra(obj, PLAIN_TOP):  # the engine's own fields: kept, the stream still plain
             own = self.extra if self.extra is not None else {}
-            own.update((k, v) for k, v in obj.items() if v is not None and k not in _PLAIN_TOP)
+            own.update((k, v) for k, v in obj.items() if v is not None and k not in PLAIN_TOP)
             self.extra = own
         usage = obj.get("usage")
         if usage:
