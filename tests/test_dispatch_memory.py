@@ -681,8 +681,14 @@ async def test_a_leak_in_a_short_answer_is_caught_non_streamed() -> None:
     assert [f.reason for f in out.trail.failures] == ["check_template_leak"]
 
 
+@pytest.mark.parametrize("leaves_first", [True, False])
 @aio
-async def test_an_answer_that_arrives_as_the_client_leaves_gives_its_slot_back() -> None:
+async def test_a_hedges_answer_that_arrives_as_the_client_leaves_gives_its_slot_back(
+    leaves_first: bool,
+) -> None:
+    """The hedge answers in the same turn of the loop as the client leaves (before or after
+    the hedge's own stop of the first attempt): the race ends cancelled, and the hedge's
+    answer, used by no one, gives its slot back."""
     from gateway.dispatch.hedge import race
 
     class Start:
@@ -693,21 +699,90 @@ async def test_an_answer_that_arrives_as_the_client_leaves_gives_its_slot_back()
 
     start = Start()
     outer: asyncio.Future[Any] | None = None
+    first_stopped = asyncio.Event()
 
     async def first() -> Start:
-        await asyncio.sleep(0.01)  # the answer arrives a moment later
-        assert outer is not None
-        asyncio.get_running_loop().call_soon(outer.cancel)  # the client leaves now
-        return start
-
-    async def second() -> Start:
-        await asyncio.sleep(10)  # a hedge that never answers
+        try:
+            await asyncio.sleep(10)  # a first tier that never answers
+        finally:
+            first_stopped.set()
         return Start()
 
-    outer = asyncio.ensure_future(race(first, second, asyncio.Event(), 1.0, lambda: True))
+    async def second() -> Start:
+        await asyncio.sleep(0.01)  # the hedge's answer arrives a moment later
+        assert outer is not None
+        loop = asyncio.get_running_loop()
+        if leaves_first:
+            loop.call_soon(outer.cancel)  # runs before the hedge's done callback
+        else:
+            loop.call_soon(loop.call_soon, outer.cancel)  # runs after it
+        return start
+
+    outer = asyncio.ensure_future(race(first, second, asyncio.Event(), 0.01, lambda: True))
     with pytest.raises(asyncio.CancelledError):
         await outer
+    assert first_stopped.is_set()
     assert start.discarded
+
+
+@aio
+async def test_the_hedge_that_wins_stops_the_first_attempt_and_the_task_goes_on() -> None:
+    """The hedge's answer wins: the first attempt is stopped where it waits, and the task
+    that ran the race is not left cancelled (its next wait does not raise)."""
+    from gateway.dispatch.hedge import race
+
+    stopped = asyncio.Event()
+
+    async def first() -> str:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            stopped.set()
+            raise
+        return "late"
+
+    async def second() -> str:
+        return "hedge"
+
+    assert await race(first, second, asyncio.Event(), 0.01, lambda: True) == (1, True, "hedge")
+    assert stopped.is_set()
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0
+    await asyncio.sleep(0)  # no cancellation left pending
+
+
+@pytest.mark.parametrize(
+    ("first_fails", "second_fails", "want"),
+    [
+        (True, False, (1, True, "hedge")),  # the first failed: the hedge's answer
+        (False, True, (0, True, "first")),  # the hedge failed: the first still answers
+        (True, True, "BothFailed"),
+    ],
+)
+@aio
+async def test_a_hedged_race_takes_the_answer_that_did_not_fail(
+    first_fails: bool, second_fails: bool, want: Any
+) -> None:
+    from gateway.dispatch.hedge import BothFailed, race
+    from gateway.upstream.failures import StreamCut
+
+    async def first() -> str:
+        await asyncio.sleep(0.05)
+        if first_fails:
+            raise StreamCut("first cut")
+        return "first"
+
+    async def second() -> str:
+        await asyncio.sleep(0.01 if second_fails else 0.1)
+        if second_fails:
+            raise StreamCut("hedge cut")
+        return "hedge"
+
+    if want == "BothFailed":
+        with pytest.raises(BothFailed):
+            await race(first, second, asyncio.Event(), 0.01, lambda: True)
+    else:
+        assert await race(first, second, asyncio.Event(), 0.01, lambda: True) == want
 
 
 @aio

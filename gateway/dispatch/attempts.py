@@ -30,7 +30,6 @@ import math
 import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
 from typing import Any, TypeVar
 
 import orjson
@@ -210,20 +209,30 @@ class Dispatcher:
             return HEDGE_AUTO_UNSEEN
         return min(HEDGE_AUTO_CEILING, max(HEDGE_AUTO_FLOOR, HEDGE_AUTO_FACTOR * seen))
 
-    def _how(self, call: Call, tiers: tuple[str, ...], tier: str, hedge: bool = False) -> Opening:
-        """The attempt's limits: the deadline minus what the tiers after it need."""
+    def _how(
+        self,
+        call: Call,
+        tiers: tuple[str, ...],
+        tier: str,
+        watch: HedgeWatch | None = None,
+        bridge: tuple[str, float, float] | None = None,
+    ) -> Opening:
+        """The attempt's limits: the deadline minus what the tiers after it need. A hedge's
+        first tier has its ``watch`` (and an event for its first token); its second tier may
+        ``bridge`` back (the first tier, the hedge's delay, the first tier's end)."""
         later = tiers[tiers.index(tier) + 1 :]
         kind: Kind = "stream" if call.req.stream else "answer"
         until = call.deadline_at - reserve(self.book, later, kind, self._cfg.reserve_floor)
-        token = asyncio.Event() if hedge else None
         deliver = not later and call.d.on_last_failure == "deliver"
         return Opening(
             hold_tokens=self._hold(call, tier),
             until=until,
             deliver=deliver,
             stream=call.req.stream,
-            first_token=token,
+            first_token=asyncio.Event() if watch is not None else None,
             guard_rate=bool(later),
+            bridge=BridgePlan(*bridge) if bridge is not None else None,
+            watch=watch,
         )
 
     async def _hedged(
@@ -231,12 +240,12 @@ class Dispatcher:
     ) -> tuple[str, T]:
         """The first two tiers, the second started once the first is slow to a token."""
         watch = HedgeWatch(self.book.p90(tiers[1], "ttft") or HEDGE_AUTO_UNSEEN)
-        first = replace(self._how(call, tiers, tiers[0], hedge=True), watch=watch)
-        second = self._how(call, tiers, tiers[1])
+        first = self._how(call, tiers, tiers[0], watch=watch)
         assert first.first_token is not None
         delay = self._hedge_delay(call.d.hedge_after, tiers[0])
-        if self._cfg.bridge:  # the first tier's continuation gets the same delay to a token
-            second = replace(second, bridge=BridgePlan(tiers[0], delay, first.until))
+        # the first tier's continuation gets the same delay to a token
+        bridge = (tiers[0], delay, first.until) if self._cfg.bridge else None
+        second = self._how(call, tiers, tiers[1], bridge=bridge)
         waits = (trail.upstream_s, trail.queue_s, time.perf_counter())
         try:
             won, fired, value = await race(

@@ -66,7 +66,7 @@ class Completer:
                 body = orjson.dumps(call.body_for(pool, stream=True, stream_options=usage))
             try:
                 s = await self._opener.open(
-                    call, pool, body, replace(how, continuing=bool(salvage)), trail
+                    call, pool, body, _continuing(how, salvage is not None), trail
                 )
             except AttemptFailed as e:
                 if isinstance(e.partial, StreamState):  # e.g. a loop in the first read
@@ -343,6 +343,11 @@ class _Ahead:
             at = self.guard.start
             tokens = state.tokens_for(at)
             cont.open_ahead(s.pool.name, state.text()[:at], tokens, True)
+
+
+def _continuing(how: Opening, continuing: bool) -> Opening:
+    """``how`` for an attempt that does (or does not) continue another tier's text."""
+    return how if how.continuing == continuing else replace(how, continuing=continuing)
 
 
 def _loop_time(monotonic_at: float) -> float:

@@ -118,7 +118,8 @@ class RedisConn:
             nodes = [ClusterNode(h, p) for h, p in t.nodes]
             return RedisCluster(startup_nodes=nodes, require_full_coverage=False, **common)
         timeouts = {"socket_timeout": self.timeout, "socket_connect_timeout": self.timeout}
-        self._sentinel = Sentinel(list(t.nodes), sentinel_kwargs=timeouts)  # type: ignore[no-untyped-call]
+        make: Any = Sentinel  # typed in redis-py 8, untyped before: either way through Any
+        self._sentinel = make(list(t.nodes), sentinel_kwargs=timeouts)
         # redis-py's Sentinel pool asks the sentinels for the master on every new connection
         # and drops a connection that finds a replica there (ReadOnlyError): a failover is
         # followed by the next call, without a restart
@@ -277,7 +278,8 @@ class _OwnedPubSub:
 
     async def aclose(self) -> None:
         with contextlib.suppress(Exception):
-            await self._ps.aclose()  # type: ignore[no-untyped-call]
+            ps: Any = self._ps  # typed in redis-py 8, untyped before
+            await ps.aclose()
         await self._client.aclose()
 
 
