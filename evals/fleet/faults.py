@@ -50,7 +50,15 @@ def redis_failover(f: Fleet) -> dict[str, Any]:
     t0 = time.monotonic()
     wait_for("a new master", lambda: sentinel_master(f.sentinels[0]) not in (None, old), 30)
     failover = time.monotonic() - t0
-    f.redis[old] = Proc(f.redis[old].name, f.redis[old].argv, f.redis[old].logdir).start()
+    new = sentinel_master(f.sentinels[0])
+    assert new is not None and new != old, "the sentinels lost the new master"
+    wait_for("every sentinel on the new master",
+             lambda: all(sentinel_master(s) == new for s in f.sentinels), 30)
+    # back as the new master's replica, as an orchestrator restarts a node without
+    # persistence: restarted as a master, its empty data set could win and be synced over
+    # the promoted replica's (Redis's Sentinel docs warn of exactly that)
+    argv = [*f.redis[old].argv, "--replicaof", "127.0.0.1", str(new)]
+    f.redis[old] = Proc(f.redis[old].name, argv, f.redis[old].logdir).start()
     wait_for("the old master back as a replica", lambda: redis_role(old) == "slave", 30)
     return {"failover_s": round(failover, 2)}
 
