@@ -29,6 +29,15 @@ REPO_RULES = (
 )
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask: ``taskset``, a cpuset), not all
+    the machine has."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity call on this platform
+        return max(1, os.cpu_count() or 1)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GATEWAY_", extra="ignore", frozen=True)
 
@@ -41,7 +50,7 @@ class Settings(BaseSettings):
         default=None, description="where `gateway admin` finds the admin API"
     )
     workers: int | Literal["auto"] = Field(
-        default=1, description="data-plane processes sharing the ports; auto = CPUs"
+        default=1, description="data-plane processes sharing the ports; auto = one per usable CPU"
     )
     reuse_port: bool = Field(default=False, description="set by the supervisor for its workers")
     worker_id: str = Field(default="0", max_length=16, description="set by the supervisor")
@@ -203,7 +212,7 @@ class Settings(BaseSettings):
 
     def worker_count(self) -> int:
         if self.workers == "auto":
-            return max(1, os.cpu_count() or 1)
+            return usable_cpus()
         return self.workers
 
     @property

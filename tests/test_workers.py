@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -110,3 +111,25 @@ def test_sigterm_drains_a_stream_in_flight(
         assert proc.p.wait(20) == 0
     finally:
         proc.stop()
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux only")
+def test_auto_workers_are_the_cpus_the_process_may_run_on() -> None:
+    """``--workers auto`` under ``taskset -c 0`` is one worker, not one per CPU of the machine."""
+    code = (
+        "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+        "from gateway.settings import Settings; print(Settings(workers='auto').worker_count())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         cwd=ROOT, check=True)  # fmt: skip
+    assert out.stdout.strip() == "1"
+
+
+def test_auto_workers_fall_back_to_the_cpu_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gateway.settings import Settings
+
+    monkeypatch.delattr(os, "sched_getaffinity", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 3)
+    assert Settings(workers="auto").worker_count() == 3
+    monkeypatch.setattr(os, "cpu_count", lambda: None)
+    assert Settings(workers="auto").worker_count() == 1
