@@ -217,11 +217,9 @@ def configured_threads() -> int:
     env = os.environ.get("LOCAL_LLM_THREADS")
     if env:
         return max(1, int(env))
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - non-Linux
-        cpus = os.cpu_count() or 1
-    return default_threads(cpus)
+    from gateway.settings import usable_cpus
+
+    return default_threads(usable_cpus())
 
 
 def server_argv(

@@ -34,7 +34,7 @@ def usable_cpus() -> int:
     the machine has."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # no affinity call on this platform
+    except AttributeError:  # no affinity call on this platform
         return max(1, os.cpu_count() or 1)
 
 
