@@ -6,20 +6,30 @@ upload, a rollback to a stored version — and go through one gate,
 errors are kept for the admin API; on success the text becomes a new version in the
 store, is published, and every replica (this one included) swaps to it. A replica
 that starts, or reconnects after a gap, adopts the store's current version.
+
+Parsing runs in a worker thread with the cyclic garbage collector paused: a large
+document takes a second or more, and every replica parses each new version, so on the
+event loop it would pause every replica's requests at once; and the millions of objects
+a parse allocates set off full collections, each of which holds the GIL (so the loop)
+for tens of milliseconds. Changes on one replica are applied one at a time, in order.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from gateway.errors import StoreUnavailable
 from gateway.rules.schema import Rules, RulesError, parse_rules
+
+T = TypeVar("T")
 
 
 class RulesVersions(Protocol):
@@ -57,19 +67,25 @@ class RulesControl:
         self._interval = watch_interval
         self._stat = self._file_stat()
         self._task: asyncio.Task[None] | None = None
+        self._changing = asyncio.Lock()  # one change at a time: parse, store, apply
 
     def parse(self, text: str, source: str) -> Rules:
         return parse_rules(text, source).with_endpoints(self._overrides)
+
+    async def parse_off_loop(self, text: str, source: str) -> Rules:
+        """:meth:`parse` in a worker thread; the event loop serves requests meanwhile."""
+        return await asyncio.to_thread(_uncollected, self.parse, text, source)
 
     async def start(self) -> None:
         """Adopt the store's current rules, or store ours as the first version."""
         if self.store is not None:
             try:
-                cur = await self.store.current_rules()
-                if cur is None:
-                    await self._store(self.text, {"source": str(self.path), "by": "startup"})
-                elif cur[1] != self.text or cur[0] != self.version:
-                    self._adopt(cur[0], cur[1])
+                async with self._changing:
+                    cur = await self.store.current_rules()
+                    if cur is None:
+                        await self._store(self.text, {"source": str(self.path), "by": "startup"})
+                    elif cur[1] != self.text or cur[0] != self.version:
+                        await self._adopt(cur[0], cur[1])
             except StoreUnavailable as e:
                 log.warning("rules: store unreachable at start (%s); using %s", e, self.path)
         if self._interval > 0:
@@ -83,8 +99,12 @@ class RulesControl:
 
     async def submit(self, text: str, source: str, by: str) -> int:
         """Validate and make ``text`` the rules of every replica; RulesError if invalid."""
+        async with self._changing:
+            return await self._submit(text, source, by)
+
+    async def _submit(self, text: str, source: str, by: str) -> int:
         try:
-            rules = self.parse(text, source)
+            rules = await self.parse_off_loop(text, source)
         except RulesError as e:
             self.last_error = {"source": source, "errors": e.errors, "at": time.time()}
             log.error("rules from %s rejected: %s", source, "; ".join(e.errors))
@@ -99,12 +119,16 @@ class RulesControl:
         return version
 
     async def rollback(self, version: int, by: str) -> int:
+        async with self._changing:
+            return await self._rollback(version, by)
+
+    async def _rollback(self, version: int, by: str) -> int:
         if self.store is None:
             raise KeyError(version)
         text = await self.store.rules_text(version)
         if text is None:
             raise KeyError(version)
-        rules = self.parse(text, f"version {version}")
+        rules = await self.parse_off_loop(text, f"version {version}")
         await self.store.set_current_rules(version)
         self.text, self.version = text, version
         self._apply(rules)
@@ -119,12 +143,15 @@ class RulesControl:
         await self.store.publish({"type": "rules", "version": version})
         return version
 
-    def _adopt(self, version: int, text: str) -> None:
+    async def _adopt(self, version: int, text: str) -> None:
         try:
-            rules = self.parse(text, f"version {version}")
+            rules = await self.parse_off_loop(text, f"version {version}")
         except RulesError as e:  # a version stored by a newer gateway, say: keep ours
             self.last_error = {"source": f"version {version}", "errors": e.errors}
             return
+        self._swap(version, text, rules)
+
+    def _swap(self, version: int, text: str, rules: Rules) -> None:
         self.text, self.version = text, version
         self._apply(rules)
         log.info("rules: now at version %d", version)
@@ -132,18 +159,23 @@ class RulesControl:
     async def on_event(self, ev: dict[str, Any]) -> None:
         if self.store is None or ev.get("type") not in ("rules", "resync"):
             return
-        try:
-            cur = await self.store.current_rules()
-            if cur is None:  # a store that came back empty: the running rules, recorded again
-                await self.rerecord()
-        except StoreUnavailable:
-            return
-        if cur is not None and cur[0] != self.version:
-            self._adopt(*cur)
+        async with self._changing:  # the store's current version, read once it is our turn
+            try:
+                cur = await self.store.current_rules()
+                if cur is None:  # a store that came back empty: the running rules, recorded
+                    await self._rerecord()
+            except StoreUnavailable:
+                return
+            if cur is not None and cur[0] != self.version:
+                await self._adopt(*cur)
 
     async def rerecord(self) -> bool:
         """Store the running rules as a version when the store has none (a Redis that came
         back empty), so the history and ``version`` agree; False when it had some."""
+        async with self._changing:
+            return await self._rerecord()
+
+    async def _rerecord(self) -> bool:
         if self.store is None or await self.store.current_rules() is not None:
             return False
         v = await self._store(self.text, {"source": str(self.path), "by": "re-recorded"})
@@ -184,3 +216,35 @@ class RulesControl:
         except Exception as e:
             self.last_error = {"source": str(self.path), "errors": [repr(e)], "at": time.time()}
             log.exception("rules file %s could not be applied", self.path)
+
+
+class _CollectorPause:
+    """The cyclic collector off while any of its holders runs; back as it was after."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holders = 0
+        self._was_enabled = False
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if self._holders == 0:
+                self._was_enabled = gc.isenabled()
+                gc.disable()
+            self._holders += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._holders -= 1
+            if self._holders == 0 and self._was_enabled:
+                gc.enable()
+
+
+_PAUSE = _CollectorPause()
+
+
+def _uncollected(fn: Callable[[str, str], T], text: str, source: str) -> T:
+    """``fn(text, source)`` with the cyclic collector paused. What a parse leaves behind is
+    freed by reference counts; a cycle (a recursive YAML alias) waits for the next run."""
+    with _PAUSE:
+        return fn(text, source)

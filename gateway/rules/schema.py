@@ -213,10 +213,15 @@ def cross_check(r: Rules) -> list[str]:
     return errs
 
 
+# libyaml's parser when PyYAML was built with it (its wheels are): about 4x faster than the
+# pure-Python one on a large rules document, with the same safe constructors
+_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def parse_rules(text: str, source: str = "<rules>") -> Rules:
     """Parse and validate YAML text; raise :class:`RulesError` listing every problem."""
     try:
-        data: Any = yaml.safe_load(text)
+        data: Any = yaml.load(text, Loader=_LOADER)
     except yaml.YAMLError as e:
         raise RulesError(source, [f"YAML syntax: {e}".replace("\n", " ")]) from None
     except RecursionError:

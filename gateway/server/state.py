@@ -204,8 +204,8 @@ class Gateway:
         assert self.store is not None
         async for ev in self.store.events():
             self.access.on_event(ev)
-            if self.control is not None:
-                await self.control.on_event(ev)
+            if self.control is not None and ev.get("type") in ("rules", "resync"):
+                self.spawn(self.control.on_event(ev))  # a long parse holds up no revocation
 
     async def close(self) -> None:
         if self.control is not None:

@@ -37,12 +37,12 @@ async def pools(gw: GatewayDep) -> Response:
     return json_response({"tiers": gw.runtime.pools.state(), "store_degraded": gw.access.degraded})
 
 
-def _rules_to_explain(body: ExplainIn, running: Rules, control: RulesControl) -> Rules:
+async def _rules_to_explain(body: ExplainIn, running: Rules, control: RulesControl) -> Rules:
     """The running rules, or the ones the body brings (422 with every error if invalid)."""
     if body.rules is None:
         return running
     try:
-        return control.parse(body.rules, "explain")
+        return await control.parse_off_loop(body.rules, "explain")
     except RulesError as e:
         raise Unprocessable("The rules to explain against are invalid.", e.errors) from None
 
@@ -64,7 +64,7 @@ async def explain(
         eff = effective_policy(t, ApiKey(id="-", tenant_id=t.id, digest="", prefix=""))
     rt = gw.runtime
     out = explain_request(
-        _rules_to_explain(body, rt.rules, control),
+        await _rules_to_explain(body, rt.rules, control),
         {"path": body.path, "headers": body.headers, "body": body.body},
         eff,
         rt.pools.health(),

@@ -70,7 +70,7 @@ YamlDep = Annotated[str, Depends(_yaml_text)]
 )
 async def validate_rules(text: YamlDep, control: ControlDep) -> Response:
     try:
-        r = control.parse(text, "validate")
+        r = await control.parse_off_loop(text, "validate")
     except RulesError as e:
         return json_response({"valid": False, "errors": e.errors, "tiers": [], "rules": []})
     names = [rule.name for rule in r.rules]
