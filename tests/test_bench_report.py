@@ -74,3 +74,31 @@ def test_the_table_has_the_router_column() -> None:
     text = report.render(summary, meta)
     assert "| metric | relay | gateway | sglang-router | gateway/relay | gateway/sglang-router |" \
         in text
+
+
+@pytest.mark.parametrize(
+    ("long_", "short", "us"),
+    [
+        # (CPU s, streams, events per stream): the events the streams carried, not the
+        # chunks the fake engine was started with (it sends no more than max_tokens)
+        ((1.0, 100, 503), (0.5, 100, 13), 10.2),
+        ((2.0, 200, 67), (1.0, 200, 13), 92.59),
+        ((0.5, 50, 13), (0.5, 50, 3), 0.0),
+    ],
+)
+def test_stream_chunks_divides_by_the_events_the_streams_carried(
+    long_: tuple[float, int, int], short: tuple[float, int, int], us: float
+) -> None:
+    from evals.bench.stream_chunks import per_chunk
+
+    assert round(per_chunk(long_, short), 2) == us
+
+
+def test_stream_chunks_asks_for_as_many_tokens_as_chunks() -> None:
+    import json
+
+    from evals.bench.common import chat_body
+
+    assert json.loads(chat_body(True, "auto", max_tokens=500))["max_tokens"] == 500
+    assert json.loads(chat_body(True))["max_tokens"] == 64
+    assert json.loads(chat_body(False))["max_tokens"] == 14

@@ -28,12 +28,15 @@ for a stream, then reads the same 14 tokens that the direct and relay targets ge
 JSON object (a 50-token stream against a 14-token object would measure the answers)."""
 
 
-def chat_body(stream: bool, model: str = "auto") -> bytes:
-    """The one-message chat request of every measurement (as in the peer harness)."""
+def chat_body(stream: bool, model: str = "auto", max_tokens: int | None = None) -> bytes:
+    """The one-message chat request of every measurement (as in the peer harness). The fake
+    engine sends at most ``max_tokens`` content chunks (64 on a stream unless given)."""
+    if max_tokens is None:
+        max_tokens = 64 if stream else ANSWER_TOKENS
     body: dict[str, Any] = {
         "model": model,
         "messages": [{"role": "user", "content": PROMPT}],
-        "max_tokens": 64 if stream else ANSWER_TOKENS,
+        "max_tokens": max_tokens,
     }
     if stream:
         body["stream"] = True

@@ -60,23 +60,28 @@ def gateway(up: str, logdir: Path) -> tuple[Service, str]:
     return svc, url
 
 
-def relay_cpu(gw: Service, url: str, model: str, conns: int, seconds: float
-              ) -> tuple[float, int]:
-    """CPU seconds the gateway spent and streams it finished during a closed-loop run."""
+def relay_cpu(gw: Service, url: str, model: str, conns: int, seconds: float, chunks: int
+              ) -> tuple[float, int, int]:
+    """CPU seconds the gateway spent, streams it finished and the events each carried, in a
+    closed-loop run of streams asking for ``chunks`` tokens (the fake engine's every chunk:
+    it sends no more than ``max_tokens``)."""
     before = cpu_seconds(gw.pid)
     res = run(load(f"{url}/v1/chat/completions", connections=conns, duration=seconds,
-                   warmup=0.5, stream=True, expect=Expect(), body=chat_body(True, model)))
+                   warmup=0.5, stream=True, expect=Expect(),
+                   body=chat_body(True, model, max_tokens=chunks)))
     after = cpu_seconds(gw.pid)
     if res["errors"]:
         raise SystemExit(f"errors through the gateway: {res['errors']}")
-    return after - before, int(res["ok"])  # type: ignore[call-overload]
+    seen = sorted(res["events"])  # type: ignore[call-overload]
+    if len(seen) != 1 or seen[0] < chunks:
+        raise SystemExit(f"streams of {chunks} chunks carried {seen} events")
+    return after - before, int(res["ok"]), int(seen[0])  # type: ignore[call-overload]
 
 
-def per_chunk(long_: tuple[float, int], short: tuple[float, int], n_long: int,
-              n_short: int) -> float:
-    """Microseconds of gateway CPU per extra chunk."""
-    (c1, s1), (c2, s2) = long_, short
-    return ((c1 / s1) - (c2 / s2)) / (n_long - n_short) * 1e6
+def per_chunk(long_: tuple[float, int, int], short: tuple[float, int, int]) -> float:
+    """Microseconds of gateway CPU per extra event, from the events the streams carried."""
+    (c1, s1, e1), (c2, s2, e2) = long_, short
+    return ((c1 / s1) - (c2 / s2)) / (e1 - e2) * 1e6
 
 
 def ttfb(url: str, model: str, seconds: float) -> float:
@@ -102,10 +107,10 @@ def main(argv: list[str] | None = None) -> int:
                 up, up_url = upstream(n, a.chunk_delay_ms, logdir)
                 gw, gw_url = gateway(up_url, logdir)
                 services += [up, gw]
-                cpu[n] = relay_cpu(gw, gw_url, model, a.connections, a.seconds)
+                cpu[n] = relay_cpu(gw, gw_url, model, a.connections, a.seconds, n)
                 gw.stop()
                 up.stop()
-            out[f"us_per_chunk[{model}]"] = round(per_chunk(cpu[500], cpu[10], 500, 10), 2)
+            out[f"us_per_chunk[{model}]"] = round(per_chunk(cpu[500], cpu[10]), 2)
         up, up_url = upstream(50, 0.0, logdir)
         gw, gw_url = gateway(up_url, logdir)
         services += [up, gw]
