@@ -34,7 +34,7 @@ from typing import Any
 import aiohttp
 import yaml
 
-from evals.bench.common import free_port
+from evals.bench.common import free_port, tenant_key
 from evals.bench.procs import Service
 from evals.bench.proxy import wait_ready
 from evals.hostile_cases import CASES, Case
@@ -104,19 +104,6 @@ def start(out: Path, services: list[Service]) -> tuple[str, str]:
     )
     wait_ready(f"http://127.0.0.1:{port}/healthz", services[-1])
     return f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin}"
-
-
-async def tenant_key(http: aiohttp.ClientSession, admin: str) -> str:
-    auth = {"Authorization": f"Bearer {ADMIN}"}
-    policy = {"max_concurrent_requests": SLOTS}
-    async with http.post(
-        f"{admin}/admin/tenants", json={"name": "h", "policy": policy}, headers=auth
-    ) as r:
-        tenant = (await r.json())["id"]
-    async with http.post(
-        f"{admin}/admin/tenants/{tenant}/keys", json={"name": "k"}, headers=auth
-    ) as r:
-        return str((await r.json())["key"])
 
 
 # -- part 1: hostile input -----------------------------------------------------------------------
@@ -268,7 +255,7 @@ async def slots_taken(url: str, key: str) -> int:
 # -- the command -------------------------------------------------------------------------------
 async def run(url: str, admin: str, a: argparse.Namespace) -> dict[str, Tally]:
     async with aiohttp.ClientSession() as http:
-        key = await tenant_key(http, admin)
+        key = await tenant_key(http, admin, ADMIN, {"max_concurrent_requests": SLOTS})
     port = int(url.rsplit(":", 1)[1])
     faults = FAULTS[:6] if a.quick else FAULTS
     parts = {

@@ -8,7 +8,10 @@ import asyncio
 import json
 import socket
 from collections.abc import Coroutine, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    import aiohttp
 
 try:
     import uvloop
@@ -41,6 +44,20 @@ def chat_body(stream: bool, model: str = "auto", max_tokens: int | None = None) 
     if stream:
         body["stream"] = True
     return json.dumps(body, separators=(",", ":")).encode()
+
+
+async def tenant_key(http: aiohttp.ClientSession, admin: str, token: str,
+                     policy: dict[str, Any] | None = None) -> str:
+    """A new tenant's API key, made through the admin API at ``admin`` with ``token``."""
+    auth = {"Authorization": f"Bearer {token}"}
+    tenant_in: dict[str, Any] = {"name": "bench"}
+    if policy is not None:
+        tenant_in["policy"] = policy
+    async with http.post(f"{admin}/admin/tenants", json=tenant_in, headers=auth) as r:
+        tenant = (await r.json())["id"]
+    async with http.post(f"{admin}/admin/tenants/{tenant}/keys", json={"name": "k"},
+                         headers=auth) as r:
+        return str((await r.json())["key"])
 
 
 def require_loopback(host: str) -> None:

@@ -24,10 +24,11 @@ from typing import Any
 
 import aiohttp
 
-from evals.bench.common import free_port, percentile
+from evals.bench.common import free_port, percentile, tenant_key
 from evals.bench.procs import Service
+from evals.bench.proxy import wait_ready
+from gateway.settings import REPO_RULES, usable_cpus
 
-ROOT = Path(__file__).resolve().parents[2]
 ADMIN_TOKEN = "bench-admin-token-0123456789"
 CHAT = {"model": "auto", "messages": [{"role": "user", "content": "Say hello."}],
         "max_tokens": 14}
@@ -35,7 +36,7 @@ CHAT = {"model": "auto", "messages": [{"role": "user", "content": "Say hello."}]
 
 def big_rules(extra: int) -> str:
     """The shipped rules with ``extra`` more rules at the head of the list."""
-    base = (ROOT / "routing_rules.yaml").read_text()
+    base = REPO_RULES.read_text()
     at = base.index("\nrules:\n") + len("\nrules:\n")
     more = "".join(
         f"  - name: tenant-rule-{k}\n"
@@ -48,30 +49,13 @@ def big_rules(extra: int) -> str:
     return base[:at] + more + base[at:]
 
 
-async def _ready(s: aiohttp.ClientSession, url: str, deadline: float) -> None:
-    while time.monotonic() < deadline:
-        try:
-            async with s.get(url) as r:
-                if r.status < 500:
-                    return
-        except aiohttp.ClientError:
-            pass
-        await asyncio.sleep(0.2)
-    raise RuntimeError(f"{url} did not come up")
-
-
 async def measure(port: int, admin: int, rules: str, clients: int, seconds: float
                   ) -> dict[str, Any]:
     base, adm = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin}"
     auth = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
     lat: list[float] = []
     async with aiohttp.ClientSession() as s:
-        await _ready(s, f"{adm}/admin/health", time.monotonic() + 60)
-        async with s.post(f"{adm}/admin/tenants", json={"name": "bench"}, headers=auth) as r:
-            tenant = (await r.json())["id"]
-        async with s.post(f"{adm}/admin/tenants/{tenant}/keys", json={}, headers=auth) as r:
-            key = (await r.json())["key"]
-        head = {"Authorization": f"Bearer {key}"}
+        head = {"Authorization": f"Bearer {await tenant_key(s, adm, ADMIN_TOKEN)}"}
         stop = time.monotonic() + seconds
 
         async def client() -> None:
@@ -110,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--seconds", type=float, default=8.0)
     a = ap.parse_args(argv)
-    cpus = "0" if (os.cpu_count() or 1) > 1 else None
+    cpus = "0" if usable_cpus() > 1 else None
     fake, port, admin = free_port(), free_port(), free_port()
     engine = f"http://127.0.0.1:{fake}"
     env = {**os.environ, "GATEWAY_ADMIN_TOKEN": ADMIN_TOKEN, "GATEWAY_ADMIN_PORT": str(admin),
@@ -122,11 +106,12 @@ def main(argv: list[str] | None = None) -> int:
             Service("fake", [py, "-m", "evals.bench.fake_upstream", "--port", str(fake)],
                     cpus="1" if cpus else None, nice=False, logdir=logs),
             Service("gateway", [py, "-m", "gateway.cli", "serve", "--rules",
-                                str(ROOT / "routing_rules.yaml"), "--host", "127.0.0.1",
+                                str(REPO_RULES), "--host", "127.0.0.1",
                                 "--port", str(port)], cpus=cpus, nice=False, logdir=logs,
                     env=env),
         ]
         try:
+            wait_ready(f"http://127.0.0.1:{port}/healthz", services[1])
             out = asyncio.run(measure(port, admin, big_rules(a.rules), a.clients, a.seconds))
         finally:
             for svc in services:

@@ -7,29 +7,23 @@ errors are kept for the admin API; on success the text becomes a new version in 
 store, is published, and every replica (this one included) swaps to it. A replica
 that starts, or reconnects after a gap, adopts the store's current version.
 
-Parsing runs in a worker thread with the cyclic garbage collector paused: a large
-document takes a second or more, and every replica parses each new version, so on the
-event loop it would pause every replica's requests at once; and the millions of objects
-a parse allocates set off full collections, each of which holds the GIL (so the loop)
-for tens of milliseconds. Changes on one replica are applied one at a time, in order.
+Parsing runs in a worker thread: a large document takes a second or more, and every
+replica parses each new version, so on the event loop it would pause every replica's
+requests at once. Changes on one replica are applied one at a time, in order.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from gateway.errors import StoreUnavailable
 from gateway.rules.schema import Rules, RulesError, parse_rules
-
-T = TypeVar("T")
 
 
 class RulesVersions(Protocol):
@@ -74,7 +68,7 @@ class RulesControl:
 
     async def parse_off_loop(self, text: str, source: str) -> Rules:
         """:meth:`parse` in a worker thread; the event loop serves requests meanwhile."""
-        return await asyncio.to_thread(_uncollected, self.parse, text, source)
+        return await asyncio.to_thread(self.parse, text, source)
 
     async def start(self) -> None:
         """Adopt the store's current rules, or store ours as the first version."""
@@ -100,40 +94,32 @@ class RulesControl:
     async def submit(self, text: str, source: str, by: str) -> int:
         """Validate and make ``text`` the rules of every replica; RulesError if invalid."""
         async with self._changing:
-            return await self._submit(text, source, by)
-
-    async def _submit(self, text: str, source: str, by: str) -> int:
-        try:
-            rules = await self.parse_off_loop(text, source)
-        except RulesError as e:
-            self.last_error = {"source": source, "errors": e.errors, "at": time.time()}
-            log.error("rules from %s rejected: %s", source, "; ".join(e.errors))
-            raise
-        self.last_error = None
-        if self.store is None:
-            self.text, self.version = text, self.version + 1
+            try:
+                rules = await self.parse_off_loop(text, source)
+            except RulesError as e:
+                self.last_error = {"source": source, "errors": e.errors, "at": time.time()}
+                log.error("rules from %s rejected: %s", source, "; ".join(e.errors))
+                raise
+            self.last_error = None
+            if self.store is None:
+                self._swap(self.version + 1, text, rules)
+                return self.version
+            version = await self._store(text, {"source": source, "by": by})
             self._apply(rules)
-            return self.version
-        version = await self._store(text, {"source": source, "by": by})
-        self._apply(rules)
-        return version
+            return version
 
     async def rollback(self, version: int, by: str) -> int:
-        async with self._changing:
-            return await self._rollback(version, by)
-
-    async def _rollback(self, version: int, by: str) -> int:
         if self.store is None:
             raise KeyError(version)
-        text = await self.store.rules_text(version)
-        if text is None:
-            raise KeyError(version)
-        rules = await self.parse_off_loop(text, f"version {version}")
-        await self.store.set_current_rules(version)
-        self.text, self.version = text, version
-        self._apply(rules)
-        await self.store.publish({"type": "rules", "version": version, "by": by})
-        return version
+        async with self._changing:
+            text = await self.store.rules_text(version)
+            if text is None:
+                raise KeyError(version)
+            rules = await self.parse_off_loop(text, f"version {version}")
+            await self.store.set_current_rules(version)
+            self._swap(version, text, rules)
+            await self.store.publish({"type": "rules", "version": version, "by": by})
+            return version
 
     async def _store(self, text: str, meta: dict[str, Any]) -> int:
         assert self.store is not None
@@ -216,35 +202,3 @@ class RulesControl:
         except Exception as e:
             self.last_error = {"source": str(self.path), "errors": [repr(e)], "at": time.time()}
             log.exception("rules file %s could not be applied", self.path)
-
-
-class _CollectorPause:
-    """The cyclic collector off while any of its holders runs; back as it was after."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._holders = 0
-        self._was_enabled = False
-
-    def __enter__(self) -> None:
-        with self._lock:
-            if self._holders == 0:
-                self._was_enabled = gc.isenabled()
-                gc.disable()
-            self._holders += 1
-
-    def __exit__(self, *exc: object) -> None:
-        with self._lock:
-            self._holders -= 1
-            if self._holders == 0 and self._was_enabled:
-                gc.enable()
-
-
-_PAUSE = _CollectorPause()
-
-
-def _uncollected(fn: Callable[[str, str], T], text: str, source: str) -> T:
-    """``fn(text, source)`` with the cyclic collector paused. What a parse leaves behind is
-    freed by reference counts; a cycle (a recursive YAML alias) waits for the next run."""
-    with _PAUSE:
-        return fn(text, source)
