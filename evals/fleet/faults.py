@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from evals.fleet.procs import (
@@ -21,6 +23,8 @@ from evals.fleet.procs import (
     redis_role,
     replica_in_sync,
     sentinel_master,
+    sentinel_view,
+    sentinels_acquainted,
     wait_for,
 )
 
@@ -36,6 +40,7 @@ class Fleet:
     drain_s: float
     probe_key: tuple[str, str] = ("", "")  # key id, plaintext: revoked by one fault
     notes: list[str] = field(default_factory=list)
+    logdir: Path | None = None  # where the processes' logs are (the sentinels' for a report)
 
 
 def redis_failover(f: Fleet) -> dict[str, Any]:
@@ -45,10 +50,16 @@ def redis_failover(f: Fleet) -> dict[str, Any]:
     assert old is not None, "no master known to the sentinels"
     for port in (p for p in f.redis if p != old):
         wait_for("the replica in sync", lambda p=port: replica_in_sync(old, p), 30)
+    wait_for("the sentinels to know each other and the replica",
+             lambda: sentinels_acquainted(f.sentinels, len(f.redis) - 1), 30)
     f.redis[old].signal(signal.SIGKILL)
     f.redis[old].wait(5)
     t0 = time.monotonic()
-    wait_for("a new master", lambda: sentinel_master(f.sentinels[0]) not in (None, old), 30)
+    try:
+        # a split vote is retried after twice the failover timeout: 60 s is several elections
+        wait_for("a new master", lambda: sentinel_master(f.sentinels[0]) not in (None, old), 60)
+    except TimeoutError as e:
+        raise TimeoutError(f"{e}; {sentinels_state(f)}") from None
     failover = time.monotonic() - t0
     new = sentinel_master(f.sentinels[0])
     assert new is not None and new != old, "the sentinels lost the new master"
@@ -61,6 +72,23 @@ def redis_failover(f: Fleet) -> dict[str, Any]:
     f.redis[old] = Proc(f.redis[old].name, argv, f.redis[old].logdir).start()
     wait_for("the old master back as a replica", lambda: redis_role(old) == "slave", 30)
     return {"failover_s": round(failover, 2)}
+
+
+def sentinels_state(f: Fleet) -> str:
+    """What each sentinel thinks of the master, and the end of its log: for a failover that
+    did not happen."""
+    parts = []
+    for i, port in enumerate(f.sentinels):
+        try:
+            v = sentinel_view(port)
+            seen = {k: v.get(k) for k in ("ip", "port", "flags", "failover-state",
+                                          "num-other-sentinels", "num-slaves")}
+        except (OSError, subprocess.SubprocessError) as e:
+            seen = {"error": repr(e)}
+        log = f.logdir / f"sentinel-{i}.log" if f.logdir else None
+        tail = log.read_text(errors="replace").splitlines()[-12:] if log and log.exists() else []
+        parts.append(f"sentinel-{i} {seen}: " + " | ".join(tail))
+    return "; ".join(parts)
 
 
 def gateway_kill(f: Fleet) -> dict[str, Any]:

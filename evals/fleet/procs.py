@@ -102,19 +102,21 @@ class Proc:
                 self.wait(5)
 
 
-def redis_server(name: str, port: int, logdir: Path, *extra: str) -> Proc:
+def redis_server(name: str, port: int, datadir: Path, logdir: Path, *extra: str) -> Proc:
     argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-            "--appendonly", "no", "--dir", str(logdir), "--dbfilename", f"{name}.rdb",
+            "--appendonly", "no", "--dir", str(datadir), "--dbfilename", f"{name}.rdb",
             "--repl-diskless-sync-delay", "0", *extra]
     return Proc(name, argv, logdir)
 
 
-def sentinel(name: str, port: int, master_port: int, logdir: Path) -> Proc:
-    conf = logdir / f"{name}.conf"
+def sentinel(name: str, port: int, master_port: int, confdir: Path, logdir: Path) -> Proc:
+    """One Sentinel of three (quorum 2). ``failover-timeout`` is also how soon a sentinel may
+    try again after an election nobody won (twice it): 3 s here, so a split vote costs 6 s."""
+    conf = confdir / f"{name}.conf"
     conf.write_text(
         f"port {port}\nbind 127.0.0.1\nsentinel monitor {MASTER} 127.0.0.1 {master_port} 2\n"
         f"sentinel down-after-milliseconds {MASTER} 1000\n"
-        f"sentinel failover-timeout {MASTER} 5000\nsentinel parallel-syncs {MASTER} 1\n"
+        f"sentinel failover-timeout {MASTER} 3000\nsentinel parallel-syncs {MASTER} 1\n"
     )
     return Proc(name, ["redis-server", str(conf), "--sentinel"], logdir)
 
@@ -137,6 +139,27 @@ def replica_in_sync(master: int, replica: int) -> bool:
     if r.get("master_link_status") != "up" or "master_repl_offset" not in m:
         return False
     return int(r.get("slave_repl_offset", "-1")) >= int(m["master_repl_offset"])
+
+
+def sentinel_view(port: int) -> dict[str, str]:
+    """``SENTINEL MASTER``'s fields as one sentinel sees the master (flags, num-slaves,
+    num-other-sentinels, failover-state, ...)."""
+    out = subprocess.run(["redis-cli", "-p", str(port), "SENTINEL", "MASTER", MASTER],
+                         capture_output=True, text=True, timeout=2)
+    words = out.stdout.split("\n")
+    return dict(zip(words[0::2], words[1::2], strict=False))
+
+
+def sentinels_acquainted(ports: list[int], replicas: int) -> bool:
+    """Whether every sentinel knows the others and the replicas. Sentinels find each other
+    through the master's hello channel (every 2 s): one that has not met the others yet
+    cannot reach the quorum, nor win the election a failover needs."""
+    for port in ports:
+        v = sentinel_view(port)
+        if (v.get("num-other-sentinels") != str(len(ports) - 1)
+                or v.get("num-slaves") != str(replicas)):
+            return False
+    return True
 
 
 def sentinel_master(port: int) -> int | None:

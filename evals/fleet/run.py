@@ -49,6 +49,7 @@ from evals.fleet.procs import (
     redis_server,
     sentinel,
     sentinel_master,
+    sentinels_acquainted,
     sim,
     wait_for,
 )
@@ -61,16 +62,18 @@ CONCURRENCY = 16  # each tenant's max_concurrent_requests
 def start_fleet(a: argparse.Namespace, tmp: Path) -> Fleet:
     logs = a.out / "logs"
     master, replica = free_port(), free_port()
-    redis = {master: redis_server("redis-a", master, tmp).start(),
-             replica: redis_server("redis-b", replica, tmp, "--replicaof", "127.0.0.1",
+    redis = {master: redis_server("redis-a", master, tmp, logs).start(),
+             replica: redis_server("redis-b", replica, tmp, logs, "--replicaof", "127.0.0.1",
                                    str(master)).start()}
     wait_for("the Redis master", lambda: redis_role(master) == "master", 30)
     wait_for("the Redis replica", lambda: redis_role(replica) == "slave", 30)
     sentinels = [free_port() for _ in range(3)]
     for i, port in enumerate(sentinels):
-        sentinel(f"sentinel-{i}", port, master, tmp).start()
+        sentinel(f"sentinel-{i}", port, master, tmp, logs).start()
     for port in sentinels:
         wait_for("a sentinel", lambda port=port: sentinel_master(port) == master, 30)
+    wait_for("the sentinels to know each other and the replica",
+             lambda: sentinels_acquainted(sentinels, replicas=1), 30)
     engines: dict[str, list[Proc]] = {}
     ports: dict[str, list[int]] = {}
     for tier in ("highspeed", "standard"):
@@ -100,7 +103,7 @@ def start_fleet(a: argparse.Namespace, tmp: Path) -> Fleet:
         gw.proc.start()
     for gw in gws:
         wait_for(f"{gw.name} ready", gw.ready, 60)
-    return Fleet(gws, redis, sentinels, engines, ports, rules_text, a.drain)
+    return Fleet(gws, redis, sentinels, engines, ports, rules_text, a.drain, logdir=logs)
 
 
 def make_tenants(f: Fleet) -> dict[str, str]:
