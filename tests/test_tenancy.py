@@ -386,6 +386,38 @@ def test_bad_rules_upload_is_rejected_whole(replicas: list[str], admins: list[st
     assert chat(replicas[0], new_tenant(admins[0])[2])[0] == 200
 
 
+@pytest.mark.parametrize(
+    ("content", "enabled"),
+    [
+        (b"not json\n", True),
+        (b"not json\n", False),
+        (b"[1, 2]", True),
+        (b'{"labels": ["chat", "code"]}', True),
+        (b'{"labels": ["chat", "code"], "bias": [0.0], "weights": {}, "spec": {}}', True),
+        (b'{"labels": ["chat"], "bias": ["x"], "weights": {}, "spec": {}}', True),
+        (b'{"labels": ["chat"], "bias": [0.0], "weights": {}, "spec": {"colour": 1}}', True),
+    ],
+    ids=["not-json", "not-json-model-off", "a-list", "no-weights", "short-bias", "text-bias",
+         "unknown-spec"],
+)
+def test_rules_naming_a_file_that_is_not_a_model_are_rejected_whole(
+    replicas: list[str], admins: list[str], tmp_path: Path, content: bytes, enabled: bool
+) -> None:
+    """The model file is read when the rules are validated: one that exists but is not a
+    model is a 422 naming the field, on no replica a new version, and requests go on."""
+    model = tmp_path / "model.json"
+    model.write_bytes(content)
+    versions = [call(admin, "GET", "/admin/rules")[1]["version"] for admin in admins]
+    data = rules_for_tests()
+    data.setdefault("classify", {}).setdefault("model", {}).update(enabled=enabled, path=str(model))
+    st, body, _ = call(admins[0], "PUT", "/admin/rules", raw=yaml.safe_dump(data).encode())
+    assert st == 422 and body["error"]["code"] == "invalid_rules", body
+    assert any(e.startswith("classify.model.path: ") for e in body["error"]["errors"]), body
+    assert [call(admin, "GET", "/admin/rules")[1]["version"] for admin in admins] == versions
+    key = new_tenant(admins[0])[2]
+    assert [chat(url, key)[0] for url in replicas] == [200, 200]
+
+
 def test_rules_upload_reaches_every_replica_and_rolls_back(
     replicas: list[str], admins: list[str]
 ) -> None:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from gateway.errors import InvalidField, ModelNotFound
 from gateway.request.model import ClientRequest
-from gateway.routing.textmodel import MODEL_PATH, TextModel
+from gateway.routing.textmodel import MODEL_PATH, TextModel, cached_model
 from gateway.rules.schema import Rules
 
 H_TASK = "x-gateway-task"
@@ -92,7 +92,7 @@ def load_model(rules: Rules) -> TextModel | None:
     m = rules.classify.model
     if not m.enabled:
         return None
-    return TextModel.load(Path(m.path) if m.path else MODEL_PATH)
+    return cached_model(Path(m.path) if m.path else MODEL_PATH)
 
 
 def _known(value: str | None, known: Mapping[str, object], header: str, what: str) -> str | None:

@@ -158,13 +158,21 @@ class TextModel:
 
     @classmethod
     def load(cls, path: Path = MODEL_PATH) -> TextModel:
-        data = orjson.loads(path.read_bytes())
-        return cls(
-            tuple(data["labels"]),
-            tuple(data["bias"]),
-            {f: tuple(w) for f, w in data["weights"].items()},
-            FeatureSpec(**data["spec"]),
-        )
+        """The model in ``path``; OSError if unreadable, ValueError if it is not a model."""
+        raw = path.read_bytes()
+        try:
+            data = orjson.loads(raw)
+            model = cls(
+                tuple(data["labels"]),
+                tuple(data["bias"]),
+                {f: tuple(w) for f, w in data["weights"].items()},
+                FeatureSpec(**data["spec"]),
+            )
+            model.predict("a trial prompt: the weights are numbers, the spec usable")
+        except (ValueError, KeyError, TypeError, AttributeError, re.error) as e:
+            what = "not a model `python -m evals classify --train` writes"
+            raise ValueError(f"{what} ({e!r})") from e
+        return model
 
     def dump(self) -> bytes:
         return orjson.dumps(
@@ -193,3 +201,20 @@ class TextModel:
         total = sum(exps)
         ranked = sorted(zip(exps, self.labels, strict=True), reverse=True)
         return Prediction(tuple([(label, e / total) for e, label in ranked]))
+
+
+_LOADED: dict[Path, tuple[tuple[int, int], TextModel]] = {}
+
+
+def cached_model(path: Path = MODEL_PATH) -> TextModel:
+    """:meth:`TextModel.load`, read again only when the file changed (its mtime or size).
+    Every rules change builds a classifier, and reading the weights takes ~20 ms: the
+    rules' validation reads them in its worker thread, so the event loop does not."""
+    st = path.stat()
+    stamp = (st.st_mtime_ns, st.st_size)
+    hit = _LOADED.get(path)
+    if hit is not None and hit[0] == stamp:
+        return hit[1]
+    model = TextModel.load(path)
+    _LOADED[path] = (stamp, model)
+    return model
