@@ -32,6 +32,9 @@ class RulesVersions(Protocol):
 
     async def save_rules(self, text: str, meta: dict[str, Any]) -> int: ...
     async def set_current_rules(self, version: int) -> None: ...
+    async def claim_first_rules(
+        self, text: str, meta: dict[str, Any]
+    ) -> tuple[int, str, bool]: ...  # (current version, its text, whether it is this text)
     async def current_rules(self) -> tuple[int, str] | None: ...
     async def rules_versions(self) -> list[dict[str, Any]]: ...
     async def rules_text(self, version: int) -> str | None: ...
@@ -75,11 +78,7 @@ class RulesControl:
         if self.store is not None:
             try:
                 async with self._changing:
-                    cur = await self.store.current_rules()
-                    if cur is None:
-                        await self._store(self.text, {"source": str(self.path), "by": "startup"})
-                    elif cur[1] != self.text or cur[0] != self.version:
-                        await self._adopt(cur[0], cur[1])
+                    await self._claim("startup")
             except StoreUnavailable as e:
                 log.warning("rules: store unreachable at start (%s); using %s", e, self.path)
         if self._interval > 0:
@@ -164,9 +163,26 @@ class RulesControl:
     async def _rerecord(self) -> bool:
         if self.store is None or await self.store.current_rules() is not None:
             return False
-        v = await self._store(self.text, {"source": str(self.path), "by": "re-recorded"})
-        log.info("rules: the store had none; the running rules recorded as version %d", v)
-        return True
+        if await self._claim("re-recorded"):
+            log.info(
+                "rules: the store had none; the running rules recorded as version %d", self.version
+            )
+            return True
+        return False
+
+    async def _claim(self, by: str) -> bool:
+        """The store's current rules, or ours as its first version when it has none. Every
+        replica may do this at once (a fleet starting, a Redis that came back empty): one
+        claim wins and is announced, the others adopt it. True when ours was recorded."""
+        assert self.store is not None
+        meta = {"source": str(self.path), "by": by, "at": time.time()}
+        version, text, ours = await self.store.claim_first_rules(self.text, meta)
+        if ours:
+            self.version = version
+            await self.store.publish({"type": "rules", "version": version})
+        elif version != self.version or text != self.text:
+            await self._adopt(version, text)
+        return ours
 
     # -- the file on disk ---------------------------------------------------------------------
     def _file_stat(self) -> tuple[float, int] | None:

@@ -4,6 +4,10 @@ text, numbered, and which one is current, in Redis and in this process.
 Redis: ``rules:seq`` numbers them, ``rules:v:<n>`` holds each text, ``rules:meta`` lists
 who stored which (the last :data:`~gateway.store.base.RULES_MAX`), ``rules:current`` says
 which one runs. A text is stored before it is listed, so a listed version always reads.
+
+The first version of an empty store (a fleet starting, a Redis that came back empty) is
+claimed with ``SET NX`` on ``rules:current``: when every replica records its rules at once,
+one version wins, the others adopt it, and the history lists only it.
 """
 
 from __future__ import annotations
@@ -26,6 +30,23 @@ class RedisRules(RedisPart):
 
     async def set_current_rules(self, version: int) -> None:
         await self._c.call(self._c.r.set(self._c.k("rules", "current"), version))
+
+    async def claim_first_rules(self, text: str, meta: dict[str, Any]) -> tuple[int, str, bool]:
+        cur = await self.current_rules()
+        if cur is not None:
+            return (*cur, False)
+        c = self._c
+        version = int(await c.call(c.r.incr(c.k("rules", "seq"))))
+        await c.call(c.r.set(c.k("rules", "v", str(version)), text))
+        won = await c.call(c.r.set(c.k("rules", "current"), version, nx=True))
+        if not won:
+            cur = await self.current_rules()
+            if cur is not None:  # another replica's claim came first
+                await c.call(c.r.delete(c.k("rules", "v", str(version))))
+                return (*cur, False)
+            await self.set_current_rules(version)  # a current naming a lost text: replaced
+        await c.call(c.r.rpush(c.k("rules", "meta"), orjson.dumps({"version": version, **meta})))
+        return version, text, True
 
     async def current_rules(self) -> tuple[int, str] | None:
         cur = await self._c.call(self._c.r.get(self._c.k("rules", "current")))
@@ -60,6 +81,14 @@ class MemoryRules:
 
     async def set_current_rules(self, version: int) -> None:
         self._current = version
+
+    async def claim_first_rules(self, text: str, meta: dict[str, Any]) -> tuple[int, str, bool]:
+        cur = await self.current_rules()
+        if cur is not None:
+            return (*cur, False)
+        version = await self.save_rules(text, meta)
+        self._current = version
+        return version, text, True
 
     async def current_rules(self) -> tuple[int, str] | None:
         if self._current is None:
