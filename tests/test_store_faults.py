@@ -290,6 +290,35 @@ def test_redis_stopped_under_load_serves_per_policy_and_reconciles(
             proc.stop()
 
 
+def test_during_an_outage_each_replica_admits_its_share_of_a_limit(
+    engines: dict[str, str], tmp_path: Path
+) -> None:
+    """Two replicas share a fail-open tenant's 20 requests/minute. Redis killed: each
+    replica's own limiter admits its share (10, the last count of processes kept), so the
+    pair admits 20 over the outage, not 20 each."""
+    with redis_procs() as procs:
+        r = RedisProc(tmp_path)
+        procs.append(r)
+        env = tenancy_env("gwshare:", r.url)
+        a, a_url = start_gateway(tmp_path, rules_for_tests(), engines, env)
+        b, b_url = start_gateway(tmp_path, rules_for_tests(), engines, env)
+        urls = (a_url, b_url)
+        try:
+            _, _, key = new_tenant(a.admin, {"requests_per_minute": 20})
+            assert [chat(url, key)[0] for url in urls] == [200, 200]  # the key known to both
+            assert wait_for(
+                lambda: [metric(url, "gateway_fleet_processes") for url in urls] == [2, 2],
+                timeout=15,
+            )
+            r.kill()
+            got = [[chat(url, key)[0] for _ in range(12)] for url in urls]
+            assert got == [[200] * 10 + [429] * 2] * 2
+            assert [metric(url, "gateway_fleet_processes") for url in urls] == [2, 2]
+        finally:
+            a.stop()
+            b.stop()
+
+
 def _requests(proc: Proc, tenant: str) -> int:
     st, body, _ = call(proc.admin, "GET", f"/admin/tenants/{tenant}/usage")
     return int(body.get("requests", 0)) if st == 200 else -1

@@ -9,9 +9,9 @@ The store degraded (down, slow, read-only...: its breaker is open, see
 
 * fail-open (the default): keys already cached keep working from their last known policy
   for ``stale_max`` seconds after they were last verified; rate limits, concurrency and
-  budgets are this replica's own (:class:`LocalLimiter`, counted from what this replica
-  sees); usage that could not be written waits in a bounded backlog and is written when
-  the store answers again (:mod:`gateway.access.backlog`).
+  budgets are this process's share of them (:mod:`gateway.access.fleet`), counted by its
+  own :class:`LocalLimiter` from what it sees; usage that could not be written waits in a
+  bounded backlog and is written when the store answers again (:mod:`gateway.access.backlog`).
 * fail-closed: 503 ``store_unavailable`` for the tenant's requests.
 
 Keys never seen get 503 (they cannot be verified). Nothing answers 500, and everything
@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from gateway.access.backlog import Unsettled, UsageBacklog
 from gateway.access.cache import KeyCache
+from gateway.access.fleet import FleetCount
 from gateway.access.leases import SlotLeases
 from gateway.errors import RateLimited, ServiceUnavailable, StoreUnavailable, Unauthorized
 from gateway.headers import (
@@ -76,8 +77,13 @@ class Access:
         self._holds: dict[str, Hold] = {}  # admission id -> what it reserved, until done()
         self.leases = SlotLeases(store, self._local)
         self.backlog = UsageBacklog(store) if store is not None else None
+        self.fleet = FleetCount(store)
         if store is not None:
             store.health.on_change(self._on_health)
+
+    def start(self) -> None:
+        """The heartbeat that counts the processes sharing the store (:mod:`.fleet`)."""
+        self.fleet.start()
 
     @property
     def degraded(self) -> bool:
@@ -154,7 +160,8 @@ class Access:
         except StoreUnavailable:
             if p.fail_closed:
                 raise ServiceUnavailable(_UNREACHABLE) from None
-            adm = self._local.admit(eff.tenant_id, rid, p, want=want)  # this replica's limits
+            # this process's share of the limits, counted by this process
+            adm = self._local.admit(eff.tenant_id, rid, self.fleet.share(p), want=want)
             if adm.hold is not None:  # settled where it was held, whatever the store does
                 adm = replace(adm, hold=replace(adm.hold, local=True))
         if not adm.ok:
@@ -245,10 +252,14 @@ class Access:
             "# HELP gateway_keys_cached API keys cached by this process",
             "# TYPE gateway_keys_cached gauge",
             f"gateway_keys_cached {len(self.cache)}",
+            "# HELP gateway_fleet_processes gateway processes sharing the store (last count)",
+            "# TYPE gateway_fleet_processes gauge",
+            f"gateway_fleet_processes {self.fleet.processes}",
         ]
         return self.store.health.prometheus() + ("\n".join(lines) + "\n").encode()
 
     async def close(self) -> None:
+        await self.fleet.close()
         await self.leases.close()
         if self.backlog is not None:
             await self.backlog.close()

@@ -166,6 +166,7 @@ class Gateway:
             await self.runtime.pools.discover(min(5.0, max(t.health.timeout for t in tiers)))
         self.runtime.pools.start()
         self.telemetry.start()
+        self.access.start()
         self.control = RulesControl(
             self.store,
             rules_path,

@@ -99,6 +99,21 @@ class RedisAdmission(RedisPart):
         pipe.pexpire(key, SLOT_LEASE_MS)
         await c.call(pipe.execute())
 
+    async def heartbeat(self, member: str, ttl_ms: int) -> int:
+        c = self._c
+        key = c.k("fleet")
+        now = int(time.time() * 1000)
+        pipe = c.pipeline()
+        pipe.zadd(key, {member: now + ttl_ms})
+        pipe.zremrangebyscore(key, "-inf", now)
+        pipe.zcard(key)
+        pipe.pexpire(key, ttl_ms)
+        out = await c.call(pipe.execute())
+        return int(out[2])
+
+    async def leave(self, member: str) -> None:
+        await self._c.call(self._c.r.zrem(self._c.k("fleet"), member))
+
 
 def _late(res: list[object]) -> bool:
     return res[1] in (b"late", "late")
@@ -123,3 +138,9 @@ class MemoryAdmission(MemoryLimits):
 
     async def renew(self, tenant_id: str, rids: Collection[str]) -> None:
         self._limiter.renew(tenant_id, rids)
+
+    async def heartbeat(self, member: str, ttl_ms: int) -> int:
+        return 1  # an in-process store has one process
+
+    async def leave(self, member: str) -> None:
+        return None

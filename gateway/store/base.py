@@ -76,6 +76,12 @@ class AdmissionStore(Protocol):
     async def renew(self, tenant_id: str, rids: Collection[str]) -> None:
         """Extend the leases of slots this replica still holds (see ``SLOT_LEASE_MS``)."""
 
+    async def heartbeat(self, member: str, ttl_ms: int) -> int:
+        """Say that gateway process ``member`` shares the store for ``ttl_ms`` more; how many
+        processes say so now (this one included)."""
+
+    async def leave(self, member: str) -> None: ...
+
 
 class UsageStore(Protocol):
     async def record_usage(

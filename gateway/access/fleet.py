@@ -1,0 +1,85 @@
+"""How many gateway processes share the store, and each one's share of a tenant's limits
+while the store is unreachable.
+
+Every process (each replica, each worker of a replica) writes a heartbeat into
+``<prefix>fleet`` every :data:`BEAT_S` seconds, valid for :data:`BEAT_TTL_MS`, and reads
+how many heartbeats are live. When the store degrades, the count stays what it last was:
+a fail-open tenant's requests/minute, tokens/minute, concurrency and budgets are then
+enforced by each process's own limiter at ``ceil(limit / processes)``, so the fleet as a
+whole admits about the limit, not the limit once per process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import uuid
+
+from gateway.errors import StoreUnavailable
+from gateway.store.base import AdmissionStore
+from gateway.tenancy.tenants import Policy
+
+BEAT_S = 5.0
+BEAT_TTL_MS = 15_000  # three beats: a process that stopped is not counted after this
+
+log = logging.getLogger("gateway.access")
+
+
+class FleetCount:
+    def __init__(self, store: AdmissionStore | None):
+        self._store = store
+        self.member = uuid.uuid4().hex
+        self.processes = 1
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._store is not None and self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._beat())
+
+    async def beat(self) -> None:
+        """One heartbeat; the count is kept as it was when the store does not answer."""
+        assert self._store is not None
+        with contextlib.suppress(StoreUnavailable):
+            n = max(1, await self._store.heartbeat(self.member, BEAT_TTL_MS))
+            if n != self.processes:
+                log.info("fleet: %d gateway processes share the store", n)
+                self.processes = n
+
+    async def _beat(self) -> None:
+        while True:
+            await self.beat()
+            await asyncio.sleep(BEAT_S)
+
+    def share(self, p: Policy) -> Policy:
+        """``p`` with each limit divided among the processes (rounded up, at least 1); only
+        while the store is unreachable, so a copy per request costs nothing that matters."""
+        return p if self.processes <= 1 else _divided(p, self.processes)
+
+    async def close(self) -> None:
+        if self._task is None:
+            return
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        assert self._store is not None
+        with contextlib.suppress(StoreUnavailable):
+            await self._store.leave(self.member)  # the others count one fewer at once
+
+
+def _divided(p: Policy, n: int) -> Policy:
+    def part(v: int | None) -> int | None:
+        return None if v is None else max(1, math.ceil(v / n))
+
+    update: dict[str, object] = {
+        "requests_per_minute": part(p.requests_per_minute),
+        "tokens_per_minute": part(p.tokens_per_minute),
+        "max_concurrent_requests": part(p.max_concurrent_requests),
+    }
+    if p.token_budget is not None:
+        tokens = part(p.token_budget.tokens)
+        update["token_budget"] = p.token_budget.model_copy(update={"tokens": tokens})
+    if p.cost_budget is not None:
+        update["cost_budget"] = p.cost_budget.model_copy(update={"usd": p.cost_budget.usd / n})
+    return p.model_copy(update=update)
