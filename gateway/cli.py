@@ -20,7 +20,9 @@ import orjson
 
 from engines.launcher import LocalEngines, installed, plan
 from gateway.errors import GatewayError
+from gateway.routing.classify import check_model
 from gateway.routing.explain import explain
+from gateway.routing.textmodel import ModelFiles
 from gateway.rules.effective import describe_line, rules_settings
 from gateway.rules.schema import Rules, RulesError, load_rules
 from gateway.settings import REPO_RULES, Settings, load_settings
@@ -29,7 +31,9 @@ from gateway.tenancy.tenants import Effective
 
 def _load(path: Path) -> Rules:
     try:
-        return load_rules(path)
+        rules = load_rules(path)
+        check_model(rules, ModelFiles(), str(path))
+        return rules
     except RulesError as e:
         print(f"error: {e.source}: {len(e.errors)} problem(s)", file=sys.stderr)
         for err in e.errors:

@@ -19,7 +19,7 @@ from gateway.request.model import parse_chat
 from gateway.routing.classify import Classifier
 from gateway.routing.explain import explain
 from gateway.routing.router import Router
-from gateway.routing.textmodel import MODEL_PATH, FeatureSpec, TextModel, cached_model
+from gateway.routing.textmodel import MODEL_PATH, FeatureSpec, ModelFiles, TextModel
 from gateway.rules.schema import Rules, RulesError, load_rules, parse_rules
 from tests.conftest import rules_for_tests, start_gateway
 
@@ -163,19 +163,20 @@ def test_model_path_must_exist() -> None:
 def test_the_model_file_is_read_again_only_when_it_changes(tmp_path: Path) -> None:
     path = tmp_path / "m.json"
     path.write_bytes(TextModel.load().dump())
-    first = cached_model(path)
-    assert cached_model(path) is first  # every rules change builds a classifier
+    files = ModelFiles()
+    first = files.get(path)
+    assert files.get(path) is first  # every rules change builds a classifier
     data = json.loads(path.read_bytes())
     data["bias"] = [b + 1.0 for b in data["bias"]]
     mtime = path.stat().st_mtime_ns
     path.write_text(json.dumps(data))
     os.utime(path, ns=(mtime + 10**9, mtime + 10**9))
-    again = cached_model(path)
+    again = files.get(path)
     assert again is not first and again.bias == tuple(b + 1.0 for b in first.bias)
     path.write_text("not json")
     os.utime(path, ns=(mtime + 2 * 10**9, mtime + 2 * 10**9))
     with pytest.raises(ValueError, match="not a model"):
-        cached_model(path)
+        files.get(path)
 
 
 def test_uncertain_task_must_be_a_task() -> None:

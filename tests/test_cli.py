@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -47,6 +49,20 @@ def test_serve_refuses_a_broken_rules_file(tmp_path: Path) -> None:
     assert r.returncode == 2
     assert "tiers.highspeed.colour: Extra inputs are not permitted" in r.stderr
     assert "sla_classes: Field required" in r.stderr
+
+
+def test_validate_and_serve_refuse_rules_naming_a_file_that_is_not_a_model(tmp_path: Path) -> None:
+    model = tmp_path / "model.json"
+    model.write_text('{"labels": ["chat"]}')
+    rules = tmp_path / "rules.yaml"
+    data = yaml.safe_load((ROOT / "routing_rules.yaml").read_text())
+    data["classify"].setdefault("model", {})["path"] = str(model)
+    rules.write_text(yaml.safe_dump(data))
+    for args in (("validate", str(rules)), ("serve", "--rules", str(rules), "--port", "0")):
+        r = gateway(*args)
+        assert r.returncode == 2, r.stderr
+        assert f"classify.model.path: {model}: not a model" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr
 
 
 def test_explain_prints_the_decision(tmp_path: Path) -> None:

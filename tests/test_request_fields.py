@@ -311,7 +311,7 @@ def test_rules_history_agrees_after_the_store_comes_back_empty(tmp_path: Any) ->
 
     async def scenario() -> tuple[int, list[Any], int, list[Any]]:
         store = MemoryStore()
-        control = RulesControl(store, path, text, lambda _: None, {}, 0)
+        control = RulesControl(store, path, text, lambda _: None, None, 0)
         await control.start()
         before = control.version, await store.rules_versions()
         empty = MemoryStore()  # the same Redis, restarted without its data

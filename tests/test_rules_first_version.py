@@ -39,7 +39,7 @@ async def _fleet(prefix: str, tmp: Path) -> tuple[list[RedisStore], list[RulesCo
         path = tmp / f"rules-{i}.yaml"
         path.write_text(text)
         applied: list[Rules] = []
-        controls.append(RulesControl(store, path, text, applied.append, {}, 0))
+        controls.append(RulesControl(store, path, text, applied.append, None, 0))
     return stores, controls
 
 

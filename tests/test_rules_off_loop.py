@@ -70,7 +70,7 @@ def test_the_loop_runs_while_rules_parse(
 
     async def scenario() -> None:
         store = MemoryStore() if path == "adopt" else None
-        control = RulesControl(store, file, text, applied.append, {}, 0)
+        control = RulesControl(store, file, text, applied.append, None, 0)
         ticker = asyncio.get_running_loop().create_task(watch.tick())
         try:
             if path == "submit":
@@ -110,7 +110,9 @@ def test_two_uploads_close_together_end_with_the_later(
 
     async def scenario() -> tuple[int, str, str | None]:
         store = MemoryStore()
-        control = RulesControl(store, file, text, lambda r: applied.append(r.default.checks), {}, 0)
+        control = RulesControl(
+            store, file, text, lambda r: applied.append(r.default.checks), None, 0
+        )
         await control.start()
         first = asyncio.get_running_loop().create_task(control.submit(slow, "a", "tester"))
         await asyncio.sleep(0.05)  # the first is parsing
@@ -144,7 +146,7 @@ def test_an_upload_during_an_adoption_stays_the_running_version(
 
     async def scenario() -> tuple[int, str, int | None]:
         store = MemoryStore()
-        control = RulesControl(store, file, text, lambda _: None, {}, 0)
+        control = RulesControl(store, file, text, lambda _: None, None, 0)
         await control.start()
         other = await store.save_rules(older, {})  # another replica's upload
         await store.set_current_rules(other)

@@ -27,8 +27,8 @@ from pathlib import Path
 
 from gateway.errors import InvalidField, ModelNotFound
 from gateway.request.model import ClientRequest
-from gateway.routing.textmodel import MODEL_PATH, TextModel, cached_model
-from gateway.rules.schema import Rules
+from gateway.routing.textmodel import MODEL_PATH, ModelFiles, TextModel
+from gateway.rules.schema import Rules, RulesError
 
 H_TASK = "x-gateway-task"
 H_SLA = "x-gateway-sla"
@@ -88,11 +88,24 @@ def _cues(items: tuple[str, ...], lower: bool = True) -> tuple[tuple[str, str], 
     return tuple((i.lower() if lower else i, f"cue {_quote(i)}") for i in items)
 
 
-def load_model(rules: Rules) -> TextModel | None:
+def load_model(rules: Rules, files: ModelFiles | None = None) -> TextModel | None:
     m = rules.classify.model
     if not m.enabled:
         return None
-    return cached_model(Path(m.path) if m.path else MODEL_PATH)
+    path = Path(m.path) if m.path else MODEL_PATH
+    return files.get(path) if files is not None else TextModel.load(path)
+
+
+def check_model(rules: Rules, files: ModelFiles, source: str = "<rules>") -> None:
+    """RulesError unless the model the rules name reads as one (into ``files``): a file
+    that exists but is not a model refuses the rules whole, before they are stored."""
+    m = rules.classify.model
+    if not (m.enabled or m.path):
+        return
+    try:
+        files.get(Path(m.path) if m.path else MODEL_PATH)
+    except (OSError, ValueError) as e:
+        raise RulesError(source, [f"classify.model.path: {m.path or MODEL_PATH}: {e}"]) from None
 
 
 def _known(value: str | None, known: Mapping[str, object], header: str, what: str) -> str | None:
@@ -109,9 +122,14 @@ def _known(value: str | None, known: Mapping[str, object], header: str, what: st
 class Classifier:
     """Compiled from one :class:`Rules`; rebuilt whenever the rules change."""
 
-    def __init__(self, rules: Rules, served: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        rules: Rules,
+        served: Mapping[str, str] | None = None,
+        files: ModelFiles | None = None,
+    ):
         """``served``: tier -> the model its engines serve (configured or discovered);
-        default: the models the rules name."""
+        default: the models the rules name. ``files``: where the model is read once."""
         c = rules.classify
         self._rules = rules
         self._scan = c.scan_chars
@@ -121,7 +139,7 @@ class Classifier:
         self._verbs = _cues(c.summarization.verbs)
         self._sum_min = c.summarization.min_prompt_tokens
         self._reasoning = _cues(c.reasoning.cues)
-        self._model = load_model(rules)
+        self._model = load_model(rules, files)
         self._min_conf = c.model.min_confidence
         self._uncertain = c.model.uncertain_task or c.default_task
         # a model class the rules do not know as a task is taken as the default task

@@ -12,6 +12,7 @@ import orjson
 from gateway.request.model import parse_chat, parse_completion
 from gateway.routing.classify import Classifier
 from gateway.routing.router import Router
+from gateway.routing.textmodel import ModelFiles
 from gateway.rules.effective import route_settings
 from gateway.rules.schema import Route, Rules
 from gateway.tenancy.tenants import OPEN, Effective
@@ -22,8 +23,10 @@ def explain(
     request: dict[str, Any],
     eff: Effective | None = None,
     health: dict[str, bool] | None = None,
+    files: ModelFiles | None = None,
 ) -> dict[str, Any]:
-    """The routing decision for ``request`` as a JSON-able dict (nothing is sent)."""
+    """The routing decision for ``request`` as a JSON-able dict (nothing is sent).
+    ``files``: the gateway's models already read (else the model file is read now)."""
     if "body" in request and isinstance(request["body"], dict):
         body, path = request["body"], request.get("path", "/v1/chat/completions")
         headers = {str(k).lower(): str(v) for k, v in (request.get("headers") or {}).items()}
@@ -33,7 +36,7 @@ def explain(
         path = "/v1/completions"
     parse = parse_completion if path.endswith("/v1/completions") else parse_chat
     req = parse(orjson.dumps(body))
-    classifier = Classifier(rules)
+    classifier = Classifier(rules, files=files)
     cls = classifier.classify(req, headers)
     d = Router(rules).decide(cls, health or {}, eff or OPEN)
     out = asdict(d)

@@ -203,18 +203,21 @@ class TextModel:
         return Prediction(tuple([(label, e / total) for e, label in ranked]))
 
 
-_LOADED: dict[Path, tuple[tuple[int, int], TextModel]] = {}
+class ModelFiles:
+    """Models read from their files, each read again only when its file changed (its mtime
+    or size). Every rules change builds a classifier, and reading the weights takes ~20 ms:
+    the gateway checks a new version's model in the rules' worker thread, so the event
+    loop then finds it here."""
 
+    def __init__(self) -> None:
+        self._loaded: dict[Path, tuple[tuple[int, int], TextModel]] = {}
 
-def cached_model(path: Path = MODEL_PATH) -> TextModel:
-    """:meth:`TextModel.load`, read again only when the file changed (its mtime or size).
-    Every rules change builds a classifier, and reading the weights takes ~20 ms: the
-    rules' validation reads them in its worker thread, so the event loop does not."""
-    st = path.stat()
-    stamp = (st.st_mtime_ns, st.st_size)
-    hit = _LOADED.get(path)
-    if hit is not None and hit[0] == stamp:
-        return hit[1]
-    model = TextModel.load(path)
-    _LOADED[path] = (stamp, model)
-    return model
+    def get(self, path: Path = MODEL_PATH) -> TextModel:
+        st = path.stat()
+        stamp = (st.st_mtime_ns, st.st_size)
+        hit = self._loaded.get(path)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        model = TextModel.load(path)
+        self._loaded[path] = (stamp, model)
+        return model

@@ -51,23 +51,27 @@ class RulesControl:
         path: Path,
         text: str,
         apply: Callable[[Rules], None],
-        overrides: dict[str, tuple[str, ...]],
+        prepare: Callable[[Rules, str], Rules] | None,
         watch_interval: float,
     ):
+        """``prepare``: what the gateway makes of a parsed version before it is stored (its
+        settings' overrides applied, what it names checked: RulesError if it cannot run),
+        in the worker thread with the parse; ``apply`` must not fail after it."""
         self.store = store
         self.path = path
         self.text = text
         self.version = 0  # 0: not stored (no store configured)
         self.last_error: dict[str, Any] | None = None
         self._apply = apply
-        self._overrides = overrides
+        self._prepare = prepare
         self._interval = watch_interval
         self._stat = self._file_stat()
         self._task: asyncio.Task[None] | None = None
         self._changing = asyncio.Lock()  # one change at a time: parse, store, apply
 
     def parse(self, text: str, source: str) -> Rules:
-        return parse_rules(text, source).with_endpoints(self._overrides)
+        rules = parse_rules(text, source)
+        return rules if self._prepare is None else self._prepare(rules, source)
 
     async def parse_off_loop(self, text: str, source: str) -> Rules:
         """:meth:`parse` in a worker thread; the event loop serves requests meanwhile."""

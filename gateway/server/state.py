@@ -28,8 +28,9 @@ from gateway.checks.registry import build_checks
 from gateway.dispatch.attempts import Dispatcher
 from gateway.dispatch.shadow import Shadow
 from gateway.request.model import ClientRequest
-from gateway.routing.classify import Classifier
+from gateway.routing.classify import Classifier, check_model
 from gateway.routing.router import RouteDecision, Router
+from gateway.routing.textmodel import ModelFiles
 from gateway.rules.control import RulesControl
 from gateway.rules.schema import Rules
 from gateway.settings import Settings
@@ -94,6 +95,7 @@ class Gateway:
     transport: TransportFactory | None = None
     control: RulesControl | None = None
     cache: ResponseCache | None = None  # built with the gateway (gateway.cache)
+    model_files: ModelFiles = field(default_factory=ModelFiles)  # the classifier's weights
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
     @classmethod
@@ -121,7 +123,9 @@ class Gateway:
         tel = Telemetry(settings.otlp_endpoint, tenant_label=settings.metrics_tenant_label)
         pools = Pools(dict(rules.tiers), transport)
         say_lacks(pools)
-        gw = cls(settings, store, access, tel, _runtime(rules, pools, tel, store), transport)
+        files = ModelFiles()
+        rt = _runtime(rules, pools, tel, store, files)
+        gw = cls(settings, store, access, tel, rt, transport, model_files=files)
         for p in pools.by_tier.values():
             p.on_models = lambda: gw.models_changed(pools)
         gw.cache = build_cache(settings, store, tel, gw.spawn)
@@ -139,7 +143,14 @@ class Gateway:
             pools.start()
             grace = max((t.timeouts.total for t in old.rules.tiers.values()), default=60)
             self.spawn(old.pools.retire(grace))
-        self.runtime = _runtime(rules, pools, self.telemetry, self.store)
+        self.runtime = _runtime(rules, pools, self.telemetry, self.store, self.model_files)
+
+    def prepare_rules(self, rules: Rules, source: str) -> Rules:
+        """A new version as this gateway runs it (the settings' pool URLs over its
+        endpoints), once what it needs beyond its schema is there: its classifier model
+        reads (into :attr:`model_files`, so :meth:`use_rules` finds it read)."""
+        check_model(rules, self.model_files, source)
+        return rules.with_endpoints(self.settings.pool_urls)
 
     def models_changed(self, pools: Pools) -> None:
         """A tier's discovered model changed: republish what names the models (the
@@ -149,7 +160,7 @@ class Gateway:
             served = pools.served()
             self.runtime = replace(
                 rt,
-                classifier=Classifier(rt.rules, served),
+                classifier=Classifier(rt.rules, served, self.model_files),
                 models_body=_models_body(rt.rules, served),
             )
 
@@ -172,7 +183,7 @@ class Gateway:
             rules_path,
             rules_text,
             self.use_rules,
-            self.settings.pool_urls,
+            self.prepare_rules,
             self.settings.rules_watch_interval,
         )
         await self.control.start()
@@ -225,14 +236,16 @@ class Gateway:
             await self.store.close()
 
 
-def _runtime(rules: Rules, pools: Pools, tel: Telemetry, store: Store | None) -> Runtime:
+def _runtime(
+    rules: Rules, pools: Pools, tel: Telemetry, store: Store | None, files: ModelFiles
+) -> Runtime:
     dispatcher = Dispatcher(
         pools, build_checks(rules.checks), rules.dispatch, rules.checks.repetition, tel
     )
     served = pools.served()
     return Runtime(
         rules=rules,
-        classifier=Classifier(rules, served),
+        classifier=Classifier(rules, served, files),
         router=Router(rules),
         pools=pools,
         dispatcher=dispatcher,

@@ -68,6 +68,7 @@ async def explain(
         {"path": body.path, "headers": body.headers, "body": body.body},
         eff,
         rt.pools.health(),
+        gw.model_files,
     )
     return json_response(out)
 
