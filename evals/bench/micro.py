@@ -25,6 +25,7 @@ loop, in microseconds per operation. ``--strict`` exits 1 when a target is misse
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import random
@@ -48,7 +49,8 @@ from gateway.request.model import ClientRequest, parse_chat
 from gateway.routing.classify import Classifier
 from gateway.routing.router import RouteDecision, Router
 from gateway.rules.schema import load_rules
-from gateway.settings import REPO_RULES
+from gateway.server.state import Gateway
+from gateway.settings import REPO_RULES, load_settings
 from gateway.upstream.framing import SSEFramer
 from gateway.upstream.sse import StreamState
 
@@ -250,7 +252,20 @@ def run(rules_path: Path, repeat: int) -> list[Timing]:
     n = events.count(b"\n\n")
     out.append(time_us(f"SSE: one read of {n} events, framed, decoded, kept (per event)",
                        partial(_read_block, events), repeat, per=n))
+    out.append(asyncio.run(_swap_timing(rules_path, repeat)))
     return out
+
+
+async def _swap_timing(rules_path: Path, repeat: int) -> Timing:
+    """What a new rules version costs the event loop of every replica once it is parsed
+    and checked (in a thread): the new snapshot, built and published (same tiers)."""
+    rules = load_rules(rules_path)
+    gw = Gateway.build(load_settings({}), rules)
+    try:
+        return time_us("rules swap on the event loop (info): Gateway.use_rules, these rules",
+                       partial(gw.use_rules, rules), repeat)
+    finally:
+        await gw.close()
 
 
 def _bench_stream(chunks: int) -> bytes:
