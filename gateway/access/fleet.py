@@ -65,7 +65,7 @@ class FleetCount:
             await self._task
         assert self._store is not None
         with contextlib.suppress(StoreUnavailable):
-            await self._store.leave(self.member)  # the others count one fewer at once
+            await self._store.leave(self.member)  # the others count one fewer next beat
 
 
 def _divided(p: Policy, n: int) -> Policy:
