@@ -14,6 +14,7 @@ from gateway.request.model import parse_chat, parse_completion
 from gateway.routing.classify import Classifier
 from gateway.routing.router import Router
 from gateway.rules.schema import Rules, RulesError, load_rules, parse_rules
+from gateway.tenancy.tenants import Effective, Policy
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = load_rules(ROOT / "routing_rules.yaml")
@@ -253,6 +254,46 @@ def test_route(
     assert (d.rule, d.tiers) == (rule, tiers)
     assert why in d.reason
     assert d.deadline == RULES.sla_classes[c.sla].deadline
+
+
+_MINE = {"name": "mine", "when": {"task": ["chat"]}, "tier": "standard"}
+
+
+@pytest.mark.parametrize(
+    ("policy", "rule", "tiers", "sla", "ignored"),
+    [
+        ({}, "default", ("highspeed", "standard"), "interactive", None),
+        ({"default_sla": "batch"}, "batch-to-standard", ("standard",), "batch", None),
+        ({"default_sla": "gone"}, "default", ("highspeed", "standard"), "interactive",
+         "default_sla gone"),
+        ({"forced_tier": "standard"}, "default", ("standard",), "interactive", None),
+        ({"forced_tier": "gone"}, "default", ("highspeed", "standard"), "interactive",
+         "forced_tier gone"),
+        ({"rules": [_MINE]}, "mine", ("standard",), "interactive", None),
+        ({"rules": [{**_MINE, "tier": "gone"}]}, "default", ("highspeed", "standard"),
+         "interactive", "rule mine (tier gone)"),
+        ({"rules": [{**_MINE, "fallback": ["gone", "highspeed"]}]}, "default",
+         ("highspeed", "standard"), "interactive", "rule mine (tier gone)"),
+        ({"rules": [{**_MINE, "tier": "gone"}], "forced_tier": "old", "default_sla": "gone"},
+         "default", ("highspeed", "standard"), "interactive",
+         "default_sla gone; rule mine (tier gone); forced_tier old"),
+    ],
+    ids=["none", "sla", "sla-gone", "forced", "forced-gone", "rule", "rule-tier-gone",
+         "rule-fallback-gone", "all-gone"],
+)
+def test_a_policy_naming_what_the_running_rules_lack(
+    policy: dict[str, Any], rule: str, tiers: tuple[str, ...], sla: str, ignored: str | None
+) -> None:
+    """A policy is checked against the rules it was written under; a later version may lack
+    a tier or SLA class it names. That part is ignored, and the route header says so (it
+    was a KeyError: a 500 on every request of the tenant)."""
+    eff = Effective(Policy.model_validate(policy), tenant_id="ten_1")
+    c = Classifier(RULES).classify(parse_chat(chat("hello there")), {})
+    d = Router(RULES).decide(c, {}, eff)
+    assert (d.rule, d.tiers, d.cls.sla) == (rule, tiers, sla)
+    assert d.deadline == RULES.sla_classes[sla].deadline
+    said = "policy ignored, not in the rules: "
+    assert (said + ignored in d.reason) if ignored else (said not in d.reason), d.reason
 
 
 def _rules_with(**changes: Any) -> Rules:

@@ -418,6 +418,48 @@ def test_rules_naming_a_file_that_is_not_a_model_are_rejected_whole(
     assert [chat(url, key)[0] for url in replicas] == [200, 200]
 
 
+def test_a_rules_change_that_drops_what_a_policy_names_fails_no_request(
+    replicas: list[str], admins: list[str], engines: dict[str, str]
+) -> None:
+    """Policies are checked against the rules they were written under. A later version
+    without a tier or SLA class a policy names: that part of the policy is ignored and the
+    route header says so, on every replica (it was a 500 on every request of the tenant)."""
+    with_extra = rules_for_tests()
+    with_extra["tiers"]["extra"] = {**with_extra["tiers"]["standard"],
+                                    "endpoints": [engines["standard"]]}
+    st, body, _ = call(admins[0], "PUT", "/admin/rules", raw=yaml.safe_dump(with_extra).encode())
+    assert st == 200, body
+    version = body["version"]
+    assert until(lambda: all(
+        call(a, "GET", "/admin/rules")[1]["version"] == version for a in admins))
+    rule = {"name": "mine", "when": {"task": ["chat"]}, "tier": "extra"}
+    policies = {"forced_tier": "extra", "default_sla": "batch", "rules": [rule]}
+    keys = {name: new_tenant(admins[0], {name: value})[2] for name, value in policies.items()}
+    assert {n: chat(replicas[0], k)[0] for n, k in keys.items()} == dict.fromkeys(policies, 200)
+
+    without = rules_for_tests()
+    del without["sla_classes"]["batch"]
+    without["rules"] = [r for r in without["rules"] if "batch" not in str(r)]
+    for task in without["tasks"].values():
+        if task.get("default_sla") == "batch":
+            task["default_sla"] = without["default_sla"]
+    st, body, _ = call(admins[0], "PUT", "/admin/rules", raw=yaml.safe_dump(without).encode())
+    assert st == 200, body
+    version = body["version"]
+    try:
+        assert until(lambda: all(
+            call(a, "GET", "/admin/rules")[1]["version"] == version for a in admins))
+        lacking = {"forced_tier": "forced_tier extra", "default_sla": "default_sla batch",
+                   "rules": "rule mine (tier extra)"}
+        for url in replicas:
+            for name, key in keys.items():
+                st, body, h = chat(url, key)
+                assert st == 200, (name, body)
+                assert f"policy ignored, not in the rules: {lacking[name]}" in h["x-gateway-route"]
+    finally:
+        assert call(admins[0], "PUT", "/admin/rules", raw=rules_yaml().encode())[0] == 200
+
+
 def test_rules_upload_reaches_every_replica_and_rolls_back(
     replicas: list[str], admins: list[str]
 ) -> None:

@@ -80,9 +80,16 @@ class Router:
         self._rules = rules
         self._ordered: tuple[Rule, ...] = rules.rules
 
-    def _match(self, c: Classification, eff: Effective) -> tuple[Route, str]:
-        """The first rule (the tenant's, then the global ones) whose ``when`` matches."""
-        for r in (*(eff.policy.rules or ()), *self._ordered):
+    def _match(self, c: Classification, eff: Effective, lacking: list[str]) -> tuple[Route, str]:
+        """The first rule (the tenant's, then the global ones) whose ``when`` matches. A
+        tenant's rule naming a tier the running rules lack is skipped (said in ``lacking``)."""
+        for r in eff.policy.rules or ():
+            if matches(r.when, c):
+                unknown = [t for t in _tiers_of(r) if t not in self._rules.tiers]
+                if not unknown:
+                    return r, r.name
+                lacking.append(f"rule {r.name} (tier {','.join(unknown)})")
+        for r in self._ordered:
             if matches(r.when, c):
                 return r, r.name
         return self._rules.default, "default"
@@ -91,16 +98,24 @@ class Router:
         self, c: Classification, healthy: Mapping[str, bool], eff: Effective = OPEN
     ) -> RouteDecision:
         p = eff.policy
+        # a policy is checked against the rules it was written under; a later rules version
+        # may lack a tier or SLA class it names: that part of it is ignored, and said
+        lacking: list[str] = []
         if p.default_sla is not None and c.sla_source == "task":
-            c = replace(c, sla=p.default_sla, sla_source=eff.who("default_sla"))
-        rule, name = self._match(c, eff)
+            if p.default_sla in self._rules.sla_classes:
+                c = replace(c, sla=p.default_sla, sla_source=eff.who("default_sla"))
+            else:
+                lacking.append(f"default_sla {p.default_sla}")
+        rule, name = self._match(c, eff, lacking)
         if rule.sla is not None and c.sla_source == "task":
             c = replace(c, sla=rule.sla, sla_source=f"rule {name}")
         first, arm = pick_arm(rule, name, c, eff) if rule.split else (rule.tier, None)
         chain = (first, *(t for t in rule.fallback if t != first))
         why = [f"tier={first}" + (f" arm={arm}" if arm is not None else "")]
         hint, hint_by = c.tier_hint, c.hint_source
-        if p.forced_tier is not None:
+        if p.forced_tier is not None and p.forced_tier not in self._rules.tiers:
+            lacking.append(f"forced_tier {p.forced_tier}")
+        elif p.forced_tier is not None:
             hint, hint_by = p.forced_tier, f"forced_tier ({eff.who('forced_tier')})"
         if hint is not None:
             chain = chain[chain.index(hint) :] if hint in chain else (hint, *chain)
@@ -129,6 +144,8 @@ class Router:
         skipped = [t for t in chain if t not in tiers]
         if skipped:
             why.append(f"unavailable: {','.join(skipped)}")
+        if lacking:
+            why.append(f"policy ignored, not in the rules: {'; '.join(lacking)}")
         if not tiers:
             tiers = chain[-1:]
         sla = self._rules.sla_classes[c.sla]
@@ -146,6 +163,10 @@ class Router:
             arm=arm,
             cache=rule.cache,
         )
+
+
+def _tiers_of(r: Route) -> tuple[str, ...]:
+    return (r.tier, *r.fallback, *(a.tier for a in r.split))
 
 
 def pick_arm(rule: Route, name: str, c: Classification, eff: Effective) -> tuple[str, str]:
