@@ -122,19 +122,7 @@ class Router:
             why = [f"tier={hint} pinned by {hint_by}"]
             arm = None  # pinned: not part of the canary's comparison
         if p.allowed_tiers is not None:
-            if hint is not None and hint not in p.allowed_tiers:
-                raise PermissionDenied(
-                    f"Tier {hint!r} is not allowed for this key; allowed: "
-                    f"{', '.join(p.allowed_tiers)}.",
-                    code="tier_not_allowed",
-                )
-            chain = tuple(t for t in chain if t in p.allowed_tiers)
-            if not chain:
-                raise PermissionDenied(
-                    f"Rule {name!r} routes to tiers this key may not use; allowed: "
-                    f"{', '.join(p.allowed_tiers)}.",
-                    code="tier_not_allowed",
-                )
+            chain = _allowed(chain, p.allowed_tiers, hint, name)
             why.append(f"allowed_tiers ({eff.who('allowed_tiers')})")
         if p.fallback_enabled is False:
             chain = chain[:1]
@@ -163,6 +151,24 @@ class Router:
             arm=arm,
             cache=rule.cache,
         )
+
+
+def _allowed(
+    chain: tuple[str, ...], allowed: tuple[str, ...], hint: str | None, rule: str
+) -> tuple[str, ...]:
+    """``chain`` less the tiers a key may not use; 403 if its pin or every tier is one."""
+    if hint is not None and hint not in allowed:
+        raise PermissionDenied(
+            f"Tier {hint!r} is not allowed for this key; allowed: {', '.join(allowed)}.",
+            code="tier_not_allowed",
+        )
+    chain = tuple(t for t in chain if t in allowed)
+    if not chain:
+        raise PermissionDenied(
+            f"Rule {rule!r} routes to tiers this key may not use; allowed: {', '.join(allowed)}.",
+            code="tier_not_allowed",
+        )
+    return chain
 
 
 def _tiers_of(r: Route) -> tuple[str, ...]:
