@@ -274,12 +274,16 @@ _MINE = {"name": "mine", "when": {"task": ["chat"]}, "tier": "standard"}
          "interactive", "rule mine (tier gone)"),
         ({"rules": [{**_MINE, "fallback": ["gone", "highspeed"]}]}, "default",
          ("highspeed", "standard"), "interactive", "rule mine (tier gone)"),
+        ({"rules": [{**_MINE, "sla": "gone"}]}, "default", ("highspeed", "standard"),
+         "interactive", "rule mine (sla gone)"),
         ({"rules": [{**_MINE, "tier": "gone"}], "forced_tier": "old", "default_sla": "gone"},
          "default", ("highspeed", "standard"), "interactive",
          "default_sla gone; rule mine (tier gone); forced_tier old"),
+        ({"allowed_tiers": ["gone", "standard"]}, "default", ("standard",), "interactive",
+         None),  # a restriction is kept, never widened: the names it lacks match nothing
     ],
     ids=["none", "sla", "sla-gone", "forced", "forced-gone", "rule", "rule-tier-gone",
-         "rule-fallback-gone", "all-gone"],
+         "rule-fallback-gone", "rule-sla-gone", "all-gone", "allowed-partly-gone"],
 )
 def test_a_policy_naming_what_the_running_rules_lack(
     policy: dict[str, Any], rule: str, tiers: tuple[str, ...], sla: str, ignored: str | None

@@ -51,11 +51,11 @@ def test_a_fleet_starting_on_an_empty_store_records_one_version(tmp_path: Path) 
         try:
             await asyncio.gather(*(c.start() for c in controls))
             versions = await stores[0].rules_versions()
-            assert [(v["version"], v["current"], v["by"]) for v in versions] == [
-                (1, True, "startup")
-            ]
             current = await stores[0].current_rules()
-            assert current is not None
+            assert current is not None  # the claim whose SET NX came first: any of the eight
+            assert [(v["version"], v["current"], v["by"]) for v in versions] == [
+                (current[0], True, "startup")
+            ]
             assert {(c.version, c.text) for c in controls} == {current}
 
             await stores[0].delete_prefix()  # the store came back empty
@@ -92,6 +92,29 @@ def test_a_current_version_whose_text_was_lost_is_replaced(tmp_path: Path) -> No
         finally:
             await store.delete_prefix()
             await store.close()
+
+    asyncio.run(scenario())
+
+
+def test_eight_claims_over_a_lost_text_replace_it_once() -> None:
+    prefix = f"gwtest:{uuid.uuid4().hex[:8]}:"
+
+    async def scenario() -> None:
+        stores = [RedisStore(REDIS, prefix) for _ in range(REPLICAS)]
+        try:
+            await stores[0].set_current_rules(7)  # names a text the store does not have
+            got = await asyncio.gather(
+                *(s.claim_first_rules(f"r: {i}\n", {"by": "test"}) for i, s in enumerate(stores))
+            )
+            current = await stores[0].current_rules()
+            assert current is not None
+            assert [g[2] for g in got].count(True) == 1  # one compare-and-set won
+            assert {g[:2] for g in got} == {current}
+            assert [v["version"] for v in await stores[0].rules_versions()] == [current[0]]
+        finally:
+            await stores[0].delete_prefix()
+            for s in stores:
+                await s.close()
 
     asyncio.run(scenario())
 

@@ -396,9 +396,13 @@ def test_bad_rules_upload_is_rejected_whole(replicas: list[str], admins: list[st
         (b'{"labels": ["chat", "code"], "bias": [0.0], "weights": {}, "spec": {}}', True),
         (b'{"labels": ["chat"], "bias": ["x"], "weights": {}, "spec": {}}', True),
         (b'{"labels": ["chat"], "bias": [0.0], "weights": {}, "spec": {"colour": 1}}', True),
+        (b'{"labels": ["chat", "code"], "bias": [0, 1], "weights": {"zzz": ["x", "y"]}, '
+         b'"spec": {}}', True),
+        (b'{"labels": [["chat"], "code"], "bias": [0, 1], "weights": {}, "spec": {}}', True),
+        (b'{"labels": ["chat", "chat"], "bias": [0, 1], "weights": {}, "spec": {}}', True),
     ],
     ids=["not-json", "not-json-model-off", "a-list", "no-weights", "short-bias", "text-bias",
-         "unknown-spec"],
+         "unknown-spec", "text-weight-row", "list-label", "same-label-twice"],
 )
 def test_rules_naming_a_file_that_is_not_a_model_are_rejected_whole(
     replicas: list[str], admins: list[str], tmp_path: Path, content: bytes, enabled: bool
@@ -433,8 +437,14 @@ def test_a_rules_change_that_drops_what_a_policy_names_fails_no_request(
     assert until(lambda: all(
         call(a, "GET", "/admin/rules")[1]["version"] == version for a in admins))
     rule = {"name": "mine", "when": {"task": ["chat"]}, "tier": "extra"}
-    policies = {"forced_tier": "extra", "default_sla": "batch", "rules": [rule]}
-    keys = {name: new_tenant(admins[0], {name: value})[2] for name, value in policies.items()}
+    sla_rule = {"name": "own-sla", "when": {"task": ["chat"]}, "tier": "standard", "sla": "batch"}
+    policies = {
+        "forced_tier": {"forced_tier": "extra"},
+        "default_sla": {"default_sla": "batch"},
+        "rules": {"rules": [rule]},
+        "sla_rule": {"rules": [sla_rule]},
+    }
+    keys = {name: new_tenant(admins[0], policy)[2] for name, policy in policies.items()}
     assert {n: chat(replicas[0], k)[0] for n, k in keys.items()} == dict.fromkeys(policies, 200)
 
     without = rules_for_tests()
@@ -450,7 +460,7 @@ def test_a_rules_change_that_drops_what_a_policy_names_fails_no_request(
         assert until(lambda: all(
             call(a, "GET", "/admin/rules")[1]["version"] == version for a in admins))
         lacking = {"forced_tier": "forced_tier extra", "default_sla": "default_sla batch",
-                   "rules": "rule mine (tier extra)"}
+                   "rules": "rule mine (tier extra)", "sla_rule": "rule own-sla (sla batch)"}
         for url in replicas:
             for name, key in keys.items():
                 st, body, h = chat(url, key)

@@ -188,7 +188,7 @@ class Access:
         if eff.tenant_id is None or self.store is None:
             return
         if hold is not None and hold.local:  # held by this replica: given back here
-            self._local.debit(eff.tenant_id, 0, eff.policy, 0, hold)
+            self._local.debit(eff.tenant_id, 0, self.fleet.share(eff.policy), 0, hold)
             hold = None
         prompt = int((usage or {}).get("prompt_tokens") or 0)
         completion = int((usage or {}).get("completion_tokens") or 0)
@@ -208,7 +208,8 @@ class Access:
         try:
             await self.store.record_usage(u.tenant_id, u.used, u.policy, u.hold)
         except StoreUnavailable:
-            self._local.debit(u.tenant_id, u.used.tokens, u.policy, micro_usd=u.used.micro_usd)
+            share = self.fleet.share(u.policy)  # the limits this process enforces meanwhile
+            self._local.debit(u.tenant_id, u.used.tokens, share, micro_usd=u.used.micro_usd)
             self.backlog.add(u)
 
     async def release(self, tenant_id: str, rid: str) -> None:

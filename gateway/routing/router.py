@@ -82,13 +82,16 @@ class Router:
 
     def _match(self, c: Classification, eff: Effective, lacking: list[str]) -> tuple[Route, str]:
         """The first rule (the tenant's, then the global ones) whose ``when`` matches. A
-        tenant's rule naming a tier the running rules lack is skipped (said in ``lacking``)."""
+        tenant's rule naming a tier or SLA class the running rules lack is skipped (said in
+        ``lacking``)."""
         for r in eff.policy.rules or ():
             if matches(r.when, c):
-                unknown = [t for t in _tiers_of(r) if t not in self._rules.tiers]
+                unknown = [f"tier {t}" for t in _tiers_of(r) if t not in self._rules.tiers]
+                if r.sla is not None and r.sla not in self._rules.sla_classes:
+                    unknown.append(f"sla {r.sla}")
                 if not unknown:
                     return r, r.name
-                lacking.append(f"rule {r.name} (tier {','.join(unknown)})")
+                lacking.append(f"rule {r.name} ({', '.join(unknown)})")
         for r in self._ordered:
             if matches(r.when, c):
                 return r, r.name

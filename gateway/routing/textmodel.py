@@ -168,7 +168,8 @@ class TextModel:
                 {f: tuple(w) for f, w in data["weights"].items()},
                 FeatureSpec(**data["spec"]),
             )
-            model.predict("a trial prompt: the weights are numbers, the spec usable")
+            _check_shape(model)
+            model.predict("a trial prompt: the spec usable")
         except (ValueError, KeyError, TypeError, AttributeError, re.error) as e:
             what = "not a model `python -m evals classify --train` writes"
             raise ValueError(f"{what} ({e!r})") from e
@@ -203,6 +204,19 @@ class TextModel:
         return Prediction(tuple([(label, e / total) for e, label in ranked]))
 
 
+def _check_shape(m: TextModel) -> None:
+    """Unique text labels, and numbers wherever a weight is (a row is read only when its
+    feature occurs, so one trial prompt does not see them all)."""
+    if not m.labels or not all(isinstance(x, str) for x in m.labels):
+        raise ValueError("labels must be a non-empty list of strings")
+    if len(set(m.labels)) != len(m.labels):
+        raise ValueError("labels must be unique")
+    number = (int, float)
+    rows = (m.bias, *m.weights.values())
+    if not all(type(x) in number for row in rows for x in row):  # bool is not a weight
+        raise ValueError("the bias and every weight must be numbers")
+
+
 class ModelFiles:
     """Models read from their files, each read again only when its file changed (its mtime
     or size). Every rules change builds a classifier, and reading the weights takes ~20 ms:
@@ -219,5 +233,7 @@ class ModelFiles:
         if hit is not None and hit[0] == stamp:
             return hit[1]
         model = TextModel.load(path)
+        if len(self._loaded) >= 4:  # the running model and the latest checked: a few paths
+            del self._loaded[next(iter(self._loaded))]
         self._loaded[path] = (stamp, model)
         return model

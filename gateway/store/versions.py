@@ -16,11 +16,25 @@ from typing import Any
 
 import orjson
 
+from gateway.errors import StoreUnavailable
 from gateway.store.base import RULES_MAX
-from gateway.store.redis_conn import RedisPart
+from gateway.store.redis_conn import RedisConn, RedisPart
+
+# rules:current := ARGV[2] if it still holds ARGV[1] (a version whose text was lost)
+_REPLACE_LUA = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+"""
 
 
 class RedisRules(RedisPart):
+    def __init__(self, c: RedisConn):
+        super().__init__(c)
+        self._replace = c.script(_REPLACE_LUA)
+
     async def save_rules(self, text: str, meta: dict[str, Any]) -> int:
         c = self._c
         version = int(await c.call(c.r.incr(c.k("rules", "seq"))))
@@ -38,13 +52,20 @@ class RedisRules(RedisPart):
         c = self._c
         version = int(await c.call(c.r.incr(c.k("rules", "seq"))))
         await c.call(c.r.set(c.k("rules", "v", str(version)), text))
-        won = await c.call(c.r.set(c.k("rules", "current"), version, nx=True))
-        if not won:
+        current = c.k("rules", "current")
+        won = await c.call(c.r.set(current, version, nx=True))
+        if not won:  # another replica's claim came first, or a current naming a lost text
+            stale = await c.call(c.r.get(current))
             cur = await self.current_rules()
-            if cur is not None:  # another replica's claim came first
+            replaced = cur is None and stale is not None
+            if replaced:  # replaced only if it still names that version: a compare-and-set
+                replaced = bool(await c.call(self._replace(keys=[current], args=[stale, version])))
+            if not replaced:
                 await c.call(c.r.delete(c.k("rules", "v", str(version))))
+                cur = await self.current_rules()
+                if cur is None:
+                    raise StoreUnavailable("the current rules version changed while read")
                 return (*cur, False)
-            await self.set_current_rules(version)  # a current naming a lost text: replaced
         await c.call(c.r.rpush(c.k("rules", "meta"), orjson.dumps({"version": version, **meta})))
         return version, text, True
 
