@@ -58,14 +58,13 @@ class FleetCount:
         return p if self.processes <= 1 else _divided(p, self.processes)
 
     async def close(self) -> None:
-        if self._task is None:
-            return
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-        assert self._store is not None
-        with contextlib.suppress(StoreUnavailable):
-            await self._store.leave(self.member)  # the others count one fewer next beat
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._store is not None:
+            with contextlib.suppress(StoreUnavailable):
+                await self._store.leave(self.member)  # the others count one fewer next beat
 
 
 def _divided(p: Policy, n: int) -> Policy:

@@ -97,14 +97,15 @@ def load_model(rules: Rules, files: ModelFiles | None = None) -> TextModel | Non
 
 
 def check_model(rules: Rules, files: ModelFiles, source: str = "<rules>") -> None:
-    """RulesError unless the model the rules name reads as one (into ``files``): a file
-    that exists but is not a model refuses the rules whole, before they are stored."""
+    """RulesError unless the rules' classifier builds, its model read into ``files`` (one a
+    path names is read even while the model is off): a file that is not a model refuses the
+    rules whole, before they are stored, and the event loop then finds the model read."""
     m = rules.classify.model
-    if not (m.enabled or m.path):
-        return
     try:
-        files.get(Path(m.path) if m.path else MODEL_PATH)
-    except (OSError, ValueError) as e:
+        if m.path and not m.enabled:
+            files.get(Path(m.path))
+        Classifier(rules, files=files)
+    except (OSError, ValueError, TypeError) as e:
         raise RulesError(source, [f"classify.model.path: {m.path or MODEL_PATH}: {e}"]) from None
 
 

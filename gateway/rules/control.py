@@ -149,41 +149,28 @@ class RulesControl:
         if self.store is None or ev.get("type") not in ("rules", "resync"):
             return
         async with self._changing:  # the store's current version, read once it is our turn
-            try:
-                cur = await self.store.current_rules()
-                if cur is None:  # a store that came back empty: the running rules, recorded
-                    await self._rerecord()
-            except StoreUnavailable:
-                return
-            if cur is not None and cur[0] != self.version:
-                await self._adopt(*cur)
+            with contextlib.suppress(StoreUnavailable):
+                await self._claim("re-recorded")
 
     async def rerecord(self) -> bool:
         """Store the running rules as a version when the store has none (a Redis that came
         back empty), so the history and ``version`` agree; False when it had some."""
-        async with self._changing:
-            return await self._rerecord()
-
-    async def _rerecord(self) -> bool:
-        if self.store is None or await self.store.current_rules() is not None:
+        if self.store is None:
             return False
-        if await self._claim("re-recorded"):
-            log.info(
-                "rules: the store had none; the running rules recorded as version %d", self.version
-            )
-            return True
-        return False
+        async with self._changing:
+            return await self._claim("re-recorded")
 
     async def _claim(self, by: str) -> bool:
-        """The store's current rules, or ours as its first version when it has none. Every
-        replica may do this at once (a fleet starting, a Redis that came back empty): one
-        claim wins and is announced, the others adopt it. True when ours was recorded."""
+        """Adopt the store's current rules, or record ours as its first version when it has
+        none. Every replica may do this at once (a fleet starting, a Redis that came back
+        empty): one claim wins and is announced, the others adopt it. True when ours was."""
         assert self.store is not None
         meta = {"source": str(self.path), "by": by, "at": time.time()}
         version, text, ours = await self.store.claim_first_rules(self.text, meta)
         if ours:
             self.version = version
             await self.store.publish({"type": "rules", "version": version})
+            log.info("rules: the store had none; the running rules recorded as version %d", version)
         elif version != self.version or text != self.text:
             await self._adopt(version, text)
         return ours

@@ -32,7 +32,7 @@ from gateway.routing.classify import Classifier, check_model
 from gateway.routing.router import RouteDecision, Router
 from gateway.routing.textmodel import ModelFiles
 from gateway.rules.control import RulesControl
-from gateway.rules.schema import Rules, RulesError
+from gateway.rules.schema import Rules
 from gateway.settings import Settings
 from gateway.store.base import Store
 from gateway.store.memory_store import MemoryStore
@@ -147,13 +147,9 @@ class Gateway:
 
     def prepare_rules(self, rules: Rules, source: str) -> Rules:
         """A new version as this gateway runs it (the settings' pool URLs over its
-        endpoints), once what it needs beyond its schema is there: its classifier model
-        reads (into :attr:`model_files`, so :meth:`use_rules` finds it read)."""
+        endpoints), once its classifier builds (the model read into :attr:`model_files`,
+        so :meth:`use_rules` finds it read)."""
         check_model(rules, self.model_files, source)
-        try:  # what use_rules builds from the rules alone, built here first
-            Classifier(rules, files=self.model_files)
-        except (TypeError, ValueError) as e:
-            raise RulesError(source, [f"classify: {e}"]) from None
         return rules.with_endpoints(self.settings.pool_urls)
 
     def models_changed(self, pools: Pools) -> None:
