@@ -46,7 +46,7 @@ serve: $(STAMP) $(LOCAL_STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check gateway engines evals deploy tests
-	$(BIN)/ruff format --check gateway
+	$(BIN)/ruff format --check gateway engines evals deploy tests
 	$(BIN)/mypy
 
 $(ROUTER_STAMP): $(STAMP)

@@ -16,14 +16,12 @@ import logging
 import subprocess
 import urllib.error
 import urllib.request
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp import web
-
-from gateway.rules.schema import Rules
 
 log = logging.getLogger("engines.launcher")
 SELF_CHECK_PROMPT = "Name three primary colors."
@@ -37,16 +35,17 @@ def _answers(url: str) -> bool:
         return False
 
 
-def plan(rules: Rules) -> list[tuple[str, int]]:
-    """(tier, port) of every tier served by one local engine port that nothing answers on."""
+def plan(tiers: Mapping[str, Sequence[str]]) -> list[tuple[str, int]]:
+    """(tier, port) of every tier served by one local engine port that nothing answers on;
+    ``tiers`` maps a tier's name to its endpoint URLs (the rules' ``tiers.<t>.endpoints``)."""
     from engines.local import LOCAL_TIERS
 
     out = []
-    for name, tier in rules.tiers.items():
-        if name not in LOCAL_TIERS or len(tier.endpoints) != 1:
+    for name, endpoints in tiers.items():
+        if name not in LOCAL_TIERS or len(endpoints) != 1:
             continue
-        u = urlsplit(tier.endpoints[0])
-        if u.hostname in ("127.0.0.1", "localhost") and u.port and not _answers(tier.endpoints[0]):
+        u = urlsplit(endpoints[0])
+        if u.hostname in ("127.0.0.1", "localhost") and u.port and not _answers(endpoints[0]):
             out.append((name, u.port))
     return out
 

@@ -217,9 +217,18 @@ def configured_threads() -> int:
     env = os.environ.get("LOCAL_LLM_THREADS")
     if env:
         return max(1, int(env))
-    from gateway.settings import usable_cpus
-
     return default_threads(usable_cpus())
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask: ``taskset``, a cpuset).
+
+    The gateway has the same four lines (``gateway.settings.usable_cpus``); engines/ sits
+    below gateway/ and imports nothing from it (docs/architecture.md)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no affinity call on this platform
+        return max(1, os.cpu_count() or 1)
 
 
 def server_argv(

@@ -9,10 +9,12 @@
     python -m evals classify [--train --seed 14] [--out DIR]
     python -m evals hostile [--clients 4 --quick]
     python -m evals sched [--chats 96 --turns 4 --policies round-robin,rendezvous ...]
+    python -m evals fleet [--replicas 3 --engines 4 --clients 12 --faults ...] [--out DIR]
     python -m evals semcache [--data evals/data/semantic_pairs.jsonl] [--out docs/reports]
-    python -m evals cache [--requests 200 --clients 1,8] [--out docs/reports]
+    python -m evals cache [--duration 3 --clients 1,8 --scale 1] [--report FILE]
 
-Each command is a module with ``main(argv) -> int``; add one by adding a line to COMMANDS.
+Each command is a module with ``main(argv) -> int`` (a harness's ``run`` module); add one
+by adding a line to COMMANDS.
 """
 
 from __future__ import annotations
@@ -21,18 +23,21 @@ import importlib
 import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "headline": ("evals.headline", "fast tier raw vs standard raw vs the gateway, faults on"),
+    "headline": ("evals.headline.run", "fast tier raw vs standard raw vs the gateway, faults on"),
     "bench": ("evals.bench.proxy", "proxy overhead: direct vs. relay vs. gateway"),
     "micro": ("evals.bench.micro", "in-process classify+route and checks, us per op"),
-    "speed": ("evals.speed", "TTFT/TPOT/tok/s/P99 of endpoints side by side, concurrency sweep"),
-    "checks": ("evals.checks_eval", "precision/recall/cost of each quality check, labelled set"),
-    "classify": ("evals.classify", "task classifier: held-out accuracy, latency; --train"),
-    "quality": ("evals.quality", "both tiers on the shipped eval set: task metrics, alignment"),
-    "hostile": ("evals.hostile", "hostile input and engine faults: tried/precise/500/hang/..."),
+    "speed": (
+        "evals.speed.run",
+        "TTFT/TPOT/tok/s/P99 of endpoints side by side, concurrency sweep",
+    ),
+    "checks": ("evals.checks.run", "precision/recall/cost of each quality check, labelled set"),
+    "classify": ("evals.classify.run", "task classifier: held-out accuracy, latency; --train"),
+    "quality": ("evals.quality.run", "both tiers on the shipped eval set: task metrics, alignment"),
+    "hostile": ("evals.hostile.run", "hostile input and engine faults: tried/precise/500/hang/..."),
     "fleet": ("evals.fleet.run", "gateway replicas, Sentinel Redis, sim engines: faults"),
-    "sched": ("evals.sched", "prefix affinity across 2 gateway replicas: cache hits, TTFT"),
-    "semcache": ("evals.semcache", "semantic cache: false hits and hit rate, labelled pairs"),
-    "cache": ("evals.bench.cache", "response cache: a hit against the fast tier raw; a workload"),
+    "sched": ("evals.sched.run", "prefix affinity across 2 gateway replicas: cache hits, TTFT"),
+    "semcache": ("evals.semcache.run", "semantic cache: false hits and hit rate, labelled pairs"),
+    "cache": ("evals.cache.run", "response cache: a hit against the fast tier raw; a workload"),
 }
 
 
@@ -41,8 +46,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args or args[0] not in COMMANDS:
         width = max(map(len, COMMANDS))
         lines = [f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items()]
-        print("usage: python -m evals <command> [args]\n\ncommands:\n" + "\n".join(lines),
-              file=sys.stderr if args and args[0] not in ("-h", "--help") else sys.stdout)
+        print(
+            "usage: python -m evals <command> [args]\n\ncommands:\n" + "\n".join(lines),
+            file=sys.stderr if args and args[0] not in ("-h", "--help") else sys.stdout,
+        )
         return 0 if args and args[0] in ("-h", "--help") else 2
     module = importlib.import_module(COMMANDS[args[0]][0])
     rc: int = module.main(args[1:])

@@ -6,6 +6,12 @@ runs the proxy, and the admin API on its own listener;
 ``gateway explain FILE REQUEST.json`` prints the routing decision for a request
 without sending it. REQUEST.json is either a request body, or
 ``{"path": "/v1/chat/completions", "headers": {...}, "body": {...}}``.
+``gateway engines launch|sim ...`` runs the engines/ package's commands, and ``gateway
+admin ...`` calls the admin API.
+
+This is the one module of gateway/ that imports engines/ (the local engines ``serve``
+starts, the ``engines`` commands); engines/ imports nothing of gateway/ and is handed plain
+values, such as the tiers' endpoint URLs (docs/architecture.md, top-level packages).
 """
 
 from __future__ import annotations
@@ -160,7 +166,8 @@ def _local_engines(settings: Settings, rules: Rules) -> LocalEngines | None:
     default = settings.rules_path().resolve() == REPO_RULES
     if settings.local_engines == "auto" and not default:
         return None
-    wanted = [(t, p) for t, p in plan(rules) if t not in settings.pool_urls]
+    endpoints = {name: tier.endpoints for name, tier in rules.tiers.items()}
+    wanted = [(t, p) for t, p in plan(endpoints) if t not in settings.pool_urls]
     if not wanted:
         return None
     problem = installed()

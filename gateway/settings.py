@@ -6,6 +6,7 @@ This is the only module that reads ``os.environ``. Everything else receives a
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from collections.abc import Mapping
@@ -19,6 +20,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 _POOL_ENV = re.compile(r"^GATEWAY_POOL_([A-Z0-9_]+)_URLS$")
 _MODEL_ENV = re.compile(r"^GATEWAY_POOL_([A-Z0-9_]+)_MODEL$")
+# the settings read from a family of variables, one per tier, not from GATEWAY_<FIELD>
+_FAMILIES = {"pool_urls": "GATEWAY_POOL_<TIER>_URLS", "pool_models": "GATEWAY_POOL_<TIER>_MODEL"}
 # the repository's rules; an installed package carries a copy (gateway/routing_rules.yaml is a
 # link to it in the repository, a file in a wheel)
 _HERE = Path(__file__).resolve().parent
@@ -154,9 +157,16 @@ class Settings(BaseSettings):
         default=4096, ge=1, description="reserved against a budget when a request has no max_tokens"
     )
     # tier/pool name (lower case) -> base URLs; filled from GATEWAY_POOL_<NAME>_URLS
-    pool_urls: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    pool_urls: dict[str, tuple[str, ...]] = Field(
+        default_factory=dict,
+        description="comma-separated base URLs of a tier's engines, in place of the rules' "
+        "endpoints (one variable per tier)",
+    )
     # tier name (lower case) -> model name sent to its engines; GATEWAY_POOL_<NAME>_MODEL
-    pool_models: dict[str, str] = Field(default_factory=dict)
+    pool_models: dict[str, str] = Field(
+        default_factory=dict,
+        description="the model name sent to a tier's engines (one variable per tier)",
+    )
     cache_max_bytes: int = Field(
         default=256 << 20, ge=1 << 20, description="the in-process response cache, in total"
     )
@@ -310,9 +320,50 @@ def pool_models_from_env(environ: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+class UnknownVariableError(ValueError):
+    """A ``GATEWAY_*`` variable that no setting reads: a typo would otherwise be ignored
+    silently (``GATEWAY_REDIS_URLL`` and the gateway runs without its store)."""
+
+
+def known_variables() -> tuple[str, ...]:
+    """Every ``GATEWAY_*`` name a setting reads; a per-tier family by its pattern."""
+    return tuple(_FAMILIES.get(f, f"GATEWAY_{f.upper()}") for f in Settings.model_fields)
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """One line for each ``GATEWAY_*`` variable of ``environ`` that no setting reads, with
+    the nearest known name. Any case counts: pydantic-settings reads names in any case."""
+    fixed = {f"GATEWAY_{f.upper()}" for f in Settings.model_fields if f not in _FAMILIES}
+    out = []
+    for key in sorted(environ):
+        name = key.upper()
+        if not name.startswith("GATEWAY_") or name in fixed:
+            continue
+        if _POOL_ENV.match(key) or _MODEL_ENV.match(key):
+            continue
+        near = difflib.get_close_matches(name, [*fixed, *_family_guesses(name)], n=1)
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        out.append(f"{key} is not a setting{hint}")
+    return out
+
+
+def _family_guesses(name: str) -> list[str]:
+    """``GATEWAY_POOL_FAST_URL`` is nearest ``GATEWAY_POOL_FAST_URLS``, not the pattern."""
+    rest = name.removeprefix("GATEWAY_POOL_")
+    if rest != name and "_" in rest.strip("_"):
+        tier = rest.rsplit("_", 1)[0]
+        return [f"GATEWAY_POOL_{tier}_URLS", f"GATEWAY_POOL_{tier}_MODEL"]
+    return list(_FAMILIES.values())
+
+
 def load_settings(environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:
-    """Settings from the environment (or ``environ``), with explicit overrides on top."""
+    """Settings from the environment (or ``environ``), with explicit overrides on top.
+
+    Raises :class:`UnknownVariableError` for a ``GATEWAY_*`` variable no setting reads."""
     env = os.environ if environ is None else environ
+    unknown = unknown_variables(env)
+    if unknown:
+        raise UnknownVariableError("; ".join(unknown))
     values: dict[str, object] = {
         "pool_urls": pool_urls_from_env(env),
         "pool_models": pool_models_from_env(env),

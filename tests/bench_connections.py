@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.conftest import rules_for_tests, start_engine, start_gateway
+from tests.conftest import Proc, rules_for_tests, start_engine, start_gateway
 
 BODY = 9_300_000
 CLIENTS = 16
@@ -40,17 +40,22 @@ def fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
-def gateway_pid(proc) -> int:  # the serve process itself (no supervisor with one worker)
+def gateway_pid(proc: Proc) -> int:  # the serve process itself (no supervisor with one worker)
     return proc.p.pid
 
 
 def burst(url: str, pid: int) -> dict[str, object]:
     host, port = url.removeprefix("http://").split(":")
     filler = "x" * (BODY - 100)
-    body = ('{"model":"auto","max_tokens":8,"messages":[{"role":"user","content":"[[*: text=ok]] '
-            + filler + '"}]}').encode()
-    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
-            f"\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+    body = (
+        '{"model":"auto","max_tokens":8,"messages":[{"role":"user","content":"[[*: text=ok]] '
+        + filler
+        + '"}]}'
+    ).encode()
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+        f"\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode()
     statuses: Counter[str] = Counter()
     peak = [rss_mb(pid)]
     slowest = [0.0]
@@ -86,8 +91,12 @@ def burst(url: str, pid: int) -> dict[str, object]:
     done.set()
     p.join()
     time.sleep(5)
-    return {"statuses": dict(statuses), "peak": peak[0], "after": rss_mb(pid),
-            "healthz_max_ms": slowest[0] * 1000}
+    return {
+        "statuses": dict(statuses),
+        "peak": peak[0],
+        "after": rss_mb(pid),
+        "healthz_max_ms": slowest[0] * 1000,
+    }
 
 
 def silent(url: str, pid: int, wait: float) -> tuple[int, int, int]:
@@ -110,9 +119,12 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp())
     runs = {
         "capped (defaults: 64 MiB of bodies, 15 s idle; idle 2 s here)": {
-            "GATEWAY_IDLE_TIMEOUT": "2"},
+            "GATEWAY_IDLE_TIMEOUT": "2"
+        },
         "uncapped (bodies 1 GiB, idle 3600 s)": {
-            "GATEWAY_MAX_BODY_BYTES_IN_FLIGHT": str(1 << 30), "GATEWAY_IDLE_TIMEOUT": "3600"},
+            "GATEWAY_MAX_BODY_BYTES_IN_FLIGHT": str(1 << 30),
+            "GATEWAY_IDLE_TIMEOUT": "3600",
+        },
     }
     try:
         for name, env in runs.items():
@@ -123,10 +135,12 @@ def main() -> None:
                 start = rss_mb(pid)
                 b = burst(url, pid)
                 before, held, later = silent(url, pid, 3.0)
-                print(f"{name}:\n  RSS {start:.0f} MB before, peak {b['peak']:.0f} MB, "
-                      f"{b['after']:.0f} MB 5 s after; slowest /healthz {b['healthz_max_ms']:.0f}"
-                      f" ms; answers {b['statuses']}\n  fds {before} -> {held} with {SILENT} "
-                      f"silent connections -> {later} 3.5 s later")
+                print(
+                    f"{name}:\n  RSS {start:.0f} MB before, peak {b['peak']:.0f} MB, "
+                    f"{b['after']:.0f} MB 5 s after; slowest /healthz {b['healthz_max_ms']:.0f}"
+                    f" ms; answers {b['statuses']}\n  fds {before} -> {held} with {SILENT} "
+                    f"silent connections -> {later} 3.5 s later"
+                )
             finally:
                 proc.stop()
     finally:

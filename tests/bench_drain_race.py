@@ -3,13 +3,15 @@ discard (python tests/bench_drain_race.py; CPU time per stream, a sleep(0) of wo
 
 import asyncio
 import time
+from collections.abc import Coroutine
+from typing import Any
 
 
-async def work():
+async def work() -> None:
     await asyncio.sleep(0)
 
 
-async def cut_at(w, deadline):
+async def cut_at(w: Coroutine[Any, Any, None], deadline: asyncio.Event) -> None:
     task = asyncio.ensure_future(w)
     stop = asyncio.ensure_future(deadline.wait())
     try:
@@ -19,9 +21,9 @@ async def cut_at(w, deadline):
     task.result()
 
 
-async def main():
+async def main() -> None:
     ev = asyncio.Event()
-    s = set()
+    s: set[asyncio.Task[Any] | None] = set()
     N = 20000
     for name in (
         "race (two tasks + wait)",

@@ -55,6 +55,7 @@ class Proc:
         env: dict[str, str] | None = None,
         timeout: float = 60.0,  # generous: a ready process is seen at once
     ):
+        self.argv = argv  # the command line (Popen types its own copy loosely)
         self.url = ready_url
         env = dict(env or {})
         if argv[1:4] == ["-m", "gateway.cli", "serve"]:
@@ -81,7 +82,7 @@ class Proc:
         if self.p.poll() is not None:
             out = self.log()
             self._log.close()
-            raise RuntimeError(f"{self.p.args} exited with {self.p.returncode}:\n{out}")
+            raise RuntimeError(f"{self.argv} exited with {self.p.returncode}:\n{out}")
         try:
             with urllib.request.urlopen(self.url, timeout=1) as r:
                 return bool(r.status == 200)

@@ -379,7 +379,9 @@ class ResponsesEngine:
             await send("error", message=f"{self.eng.name} failed", code="server_error")
             return out
         for i, item in enumerate(resp["output"]):
-            empty = {"arguments": ""} if item["type"] == "function_call" else {"content": []}
+            empty: dict[str, object] = (
+                {"arguments": ""} if item["type"] == "function_call" else {"content": []}
+            )
             await send("response.output_item.added", output_index=i, item={**item, **empty})
             if item["type"] == "message":
                 words = text.split(" ")

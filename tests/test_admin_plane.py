@@ -411,3 +411,85 @@ def test_a_taken_admin_port_is_a_clear_error(tmp_path: Path) -> None:
         )
     assert r.returncode == 2, r.stdout + r.stderr
     assert f"error: the admin API cannot listen on 127.0.0.1:{busy}" in r.stderr
+
+
+# --- every answer is the model its route declares -----------------------------------------
+
+
+def test_every_route_returns_the_model_it_declares() -> None:
+    """A handler's return annotation is its ``response_model`` (FastAPI then validates and
+    sends what it returns); a route without a body answers 204 with a plain Response."""
+    import typing
+
+    from fastapi import Response
+    from fastapi.routing import APIRoute
+
+    from gateway.admin.routes import ROUTERS
+
+    routes = [r for router in ROUTERS for r in router.routes if isinstance(r, APIRoute)]
+    assert {(m, r.path) for r in routes for m in r.methods} == set(ROUTES)
+    for r in routes:
+        returns = typing.get_type_hints(r.endpoint)["return"]
+        if r.status_code == 204:
+            assert (r.response_model, returns, r.response_class) == (None, Response, Response)
+        else:
+            assert r.response_model is not None and returns == r.response_model, r.name
+
+
+def test_every_route_answers_what_its_openapi_schema_declares(gw: tuple[Proc, str]) -> None:
+    """Each route called once (errors too), its body validated against the schema the
+    OpenAPI document declares for that status."""
+    import fastjsonschema
+
+    admin = gw[0].admin
+    spec = json.loads(get(f"{admin}/openapi.json")[1])
+    seen: set[tuple[str, str]] = set()
+
+    def check(
+        method: str, path: str, expect: int, body: Any = None, raw: bytes | None = None, **ids: str
+    ) -> Any:
+        st, out, _ = call(admin, method, path.format(**ids), body, raw=raw)
+        assert st == expect, (method, path, out)
+        seen.add((method, path))
+        declared = spec["paths"][path][method.lower()]["responses"]
+        answer = declared.get(str(st)) or declared["default"]
+        if st == 204:
+            assert out is None and "content" not in answer
+            return None
+        schema = answer["content"]["application/json"]["schema"]
+        fastjsonschema.compile({**schema, "components": spec["components"]})(out)
+        return out
+
+    policy = {"requests_per_minute": 50, "token_budget": {"tokens": 1000}}
+    t = check("POST", "/admin/tenants", 201, {"name": "schema", "policy": policy})
+    tid = {"tenant_id": t["id"]}
+    check("GET", "/admin/tenants", 200)
+    check("GET", "/admin/tenants/{tenant_id}", 200, **tid)
+    check("PATCH", "/admin/tenants/{tenant_id}", 200, {"policy": {"shadow_rate": 0}}, **tid)
+    check("GET", "/admin/tenants/{tenant_id}/policy", 200, **tid)
+    check("PUT", "/admin/tenants/{tenant_id}/policy", 200, {"requests_per_minute": 60}, **tid)
+    k = check("POST", "/admin/tenants/{tenant_id}/keys", 201, {"name": "k"}, **tid)
+    check("GET", "/admin/tenants/{tenant_id}/keys", 200, **tid)
+    k2 = check("POST", "/admin/keys/{key_id}/rotate", 201, key_id=k["id"])
+    check("DELETE", "/admin/keys/{key_id}", 204, key_id=k2["id"])
+    check("GET", "/admin/tenants/{tenant_id}/usage", 200, **tid)
+    check("GET", "/admin/tenants/{tenant_id}/cache", 200, **tid)
+    check("DELETE", "/admin/tenants/{tenant_id}/cache", 200, **tid)
+    check("DELETE", "/admin/tenants/{tenant_id}/cache/{key}", 404, key="none", **tid)
+    text = check("GET", "/admin/rules", 200)["yaml"].encode()
+    check("POST", "/admin/rules/validate", 200, raw=text)
+    v = check("PUT", "/admin/rules", 200, raw=text)["version"]
+    check("POST", "/admin/rules/reload", 200)
+    check("POST", "/admin/rules/rollback", 200, {"version": v})
+    check("GET", "/admin/rules/versions", 200)
+    check("GET", "/admin/rules/versions/{version}", 200, version=str(v))
+    check("GET", "/admin/pools", 200)
+    chat = {"model": "auto", "messages": [{"role": "user", "content": "x"}]}
+    check("POST", "/admin/explain", 200, {"body": chat, "tenant_id": t["id"]})
+    check("POST", "/admin/explain", 422, {"body": chat, "rules": "tiers: 3\n"})
+    check("GET", "/admin/audit", 200)
+    check("GET", "/admin/shadow", 200)
+    check("GET", "/admin/live", 200)
+    check("DELETE", "/admin/tenants/{tenant_id}", 204, **tid)
+    check("GET", "/admin/tenants/{tenant_id}", 404, **tid)
+    assert seen == set(ROUTES)

@@ -14,7 +14,7 @@ import pytest
 def post(
     gateway: str,
     path: str,
-    body: bytes,
+    body: bytes | None,
     headers: dict[str, str] | None = None,
     method: str = "POST",
 ) -> tuple[int, dict[str, Any], dict[str, str]]:
@@ -188,7 +188,7 @@ def test_unknown_routes_and_methods(
     got, payload, _ = post(
         gateway,
         path,
-        b"{}" if method == "POST" else None,  # type: ignore[arg-type]
+        b"{}" if method == "POST" else None,
         method=method,
     )
     assert got == status

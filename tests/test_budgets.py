@@ -20,8 +20,9 @@ from gateway.store.memory_store import MemoryStore
 from gateway.store.redis_store import RedisStore
 from gateway.tenancy.limits import LocalLimiter, Reserve, budget_period
 from gateway.tenancy.tenants import CostBudget, Policy, TokenBudget
-from tests.conftest import Proc, rules_for_tests, start_gateway
-from tests.test_tenancy import REDIS, new_tenant, tenancy_env, until
+from tests.conftest import REDIS, Proc, rules_for_tests, start_gateway
+from tests.test_tenancy import new_tenant, tenancy_env
+from tests.waiting import until
 
 TEXT = (  # 30 distinct words: 30 completion tokens at the fake engine
     "amber basil cedar delta ember fjord grove heron inlet juniper kelp lotus maple nectar "
@@ -88,7 +89,7 @@ def _spent(prefix: str, tid: str) -> tuple[int, int]:
     async def read(s: RedisStore) -> tuple[int, int]:
         u = await s.usage(tid)
         counter = await s.conn.r.get(s.conn.t(tid, "budget:" + day))
-        return u.get("prompt_tokens", 0) + u.get("completion_tokens", 0), int(counter or 0)
+        return u.prompt_tokens + u.completion_tokens, int(counter or 0)
 
     out: tuple[int, int] = _redis(prefix, read)
     return out
@@ -112,7 +113,11 @@ def test_two_replicas_never_overspend_by_more_than_one_reservation(
             ok = codes.count(200)
             assert ok < 24  # without reservations every stream of a burst runs
             served += ok
-            assert until(lambda n=served: _spent(prefix, tid)[0] >= n * 40, timeout=5.0)
+
+            def spent(n: int = served) -> bool:
+                return _spent(prefix, tid)[0] >= n * 40
+
+            assert until(spent, timeout=5.0)
             if ok == 0:
                 break
     used, counter = _spent(prefix, tid)
@@ -130,8 +135,8 @@ def test_a_cancelled_stream_settles_what_it_used(two: list[Proc], prefix: str) -
     assert until(lambda: _spent(prefix, tid)[0] > 0, timeout=5.0)
     used, counter = _spent(prefix, tid)
     u = _redis(prefix, lambda s: s.usage(tid))
-    assert 0 < u["completion_tokens"] < 30  # the part it was sent, not the whole answer
-    assert u["prompt_tokens"] == len(content) // 4  # the engine never said: the estimate
+    assert 0 < u.completion_tokens < 30  # the part it was sent, not the whole answer
+    assert u.prompt_tokens == len(content) // 4  # the engine never said: the estimate
     assert counter == used < 4000  # settled: the reservation (4000+) is given back
 
 
@@ -198,6 +203,6 @@ def test_memory_store_reserves_and_settles() -> None:
         assert (await s.admit("t", "r2", p, Reserve(90))).ok  # 90 held < 100
         assert not (await s.admit("t", "r3", p, Reserve(90))).ok  # 180 held
         await s.record_usage("t", Used("highspeed", 10, 5), p, a.hold)
-        assert (await s.usage("t"))["completion_tokens"] == 5
+        assert (await s.usage("t")).completion_tokens == 5
 
     asyncio.run(run())

@@ -16,9 +16,11 @@ from typing import Any
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolUnionParam
 
 from tests.conftest import Proc, rules_for_tests, start_engine, start_gateway
-from tests.test_tenancy import ADMIN, call, new_tenant, tenancy_env, until
+from tests.test_tenancy import ADMIN, call, new_tenant, tenancy_env
+from tests.waiting import until
 
 
 def cached_rules() -> dict[str, Any]:
@@ -86,12 +88,15 @@ def ask(
     c: openai.OpenAI,
     content: str,
     stream: bool = False,
-    messages_prefix: dict[str, str] | None = None,
+    messages_prefix: ChatCompletionMessageParam | None = None,
     **kw: Any,
 ) -> tuple[dict[str, str], str, Any]:
     """(headers, answer text, usage or None) of one chat request, streamed or not."""
     kw.setdefault("temperature", 0)
-    msgs = [*([messages_prefix] if messages_prefix else []), {"role": "user", "content": content}]
+    msgs: list[ChatCompletionMessageParam] = [
+        *([messages_prefix] if messages_prefix else []),
+        {"role": "user", "content": content},
+    ]
     if not stream:
         raw = c.chat.completions.with_raw_response.create(model="auto", messages=msgs, **kw)
         done = raw.parse()
@@ -149,28 +154,32 @@ def test_a_streamed_answer_is_kept_and_replayed_as_json_and_as_sse(
 
 def test_a_tool_call_is_replayed_with_its_call(open_gw: str) -> None:
     m = marker()
-    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
+    tools: list[ChatCompletionToolUnionParam] = [
+        {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
+    ]
     c = client(open_gw)
     content = f"[[*: tool=lookup; args={{}}]] find {m}"
-    msgs = [{"role": "user", "content": content}]
+    msgs: list[ChatCompletionMessageParam] = [{"role": "user", "content": content}]
     for want in ("miss", "hit"):
         raw = c.chat.completions.with_raw_response.create(
             model="auto", messages=msgs, tools=tools, temperature=0
         )
         assert raw.headers["x-gateway-cache"] == want
-        call_ = raw.parse().choices[0].message.tool_calls[0]
+        tool_calls = raw.parse().choices[0].message.tool_calls
+        assert tool_calls is not None
+        call_ = tool_calls[0]
+        assert call_.type == "function"
         assert (
             call_.function.name == "lookup" and raw.parse().choices[0].finish_reason == "tool_calls"
         )
     stream = c.chat.completions.create(
         model="auto", messages=msgs, tools=tools, temperature=0, stream=True
     )
-    names = [
-        tc.function.name
-        for ch in stream
-        if ch.choices
-        for tc in ch.choices[0].delta.tool_calls or ()
-    ]
+    names = []
+    for ch in stream:
+        for tc in (ch.choices[0].delta.tool_calls or ()) if ch.choices else ():
+            assert tc.function is not None
+            names.append(tc.function.name)
     assert names == ["lookup"]
 
 

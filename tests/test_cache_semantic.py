@@ -8,11 +8,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from openai.types.chat import ChatCompletionSystemMessageParam
 
 from gateway.cache.minilm import MiniLM
 from tests.conftest import Proc, rules_for_tests, start_gateway
 from tests.test_cache import ask, base, client, counted, marker, reached
-from tests.test_tenancy import ADMIN, call, new_tenant, tenancy_env, until
+from tests.test_tenancy import ADMIN, call, new_tenant, tenancy_env
+from tests.waiting import until
 
 _ = counted  # this module's engines: the fixture of tests.test_cache
 
@@ -64,7 +66,8 @@ def test_a_near_duplicate_gets_the_stored_answer_and_a_different_question_does_n
     m = marker()
     tid, _, key = new_tenant(sem_gw.admin)
     c = client(base(sem_gw), key)
-    system = {"role": "system", "content": f"support bot {m}"}  # this test's own scope
+    # this test's own scope
+    system: ChatCompletionSystemMessageParam = {"role": "system", "content": f"support bot {m}"}
 
     def q(text: str) -> tuple[dict[str, str], str, Any]:
         return ask(c, text, messages_prefix=system)

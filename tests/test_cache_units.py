@@ -202,7 +202,8 @@ def _entry(answer: dict[str, Any], kind: str = "chat") -> Entry:
 def test_entry_round_trip_and_damaged_values() -> None:
     e = _entry({**_answer("x"), "usage": {"prompt_tokens": 10}})
     assert Entry.decode(e.encode()) == e
-    assert Entry.head(e.encode())["tier"] == "standard"
+    head = Entry.head(e.encode())
+    assert head is not None and head["tier"] == "standard"
     for raw in (b"", b"no newline", b"{not json}\n{}", b'{"kind": "chat"}\n{}'):
         assert Entry.decode(raw) is None
 

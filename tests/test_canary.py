@@ -23,8 +23,9 @@ from gateway.routing.router import Router
 from gateway.rules.schema import Rules, RulesError, parse_rules
 from gateway.store.redis_store import RedisStore
 from gateway.tenancy.tenants import Effective, Policy
-from tests.conftest import Proc, rules_for_tests, start_gateway
-from tests.test_tenancy import REDIS, call, chat, new_tenant, tenancy_env, until
+from tests.conftest import REDIS, Proc, rules_for_tests, start_gateway
+from tests.test_tenancy import call, chat, new_tenant, tenancy_env
+from tests.waiting import until
 
 SPLIT = [
     {"tier": "highspeed", "weight": 90, "name": "stable"},

@@ -12,9 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from gateway.checks.base import (
-    CHECK_NAMES,
     MAX_REASON_CHARS,
-    PASS_CACHE,
     CheckResult,
     Output,
     RequestFacts,
@@ -27,7 +25,7 @@ from gateway.checks.config import (
     RepetitionSettings,
     TemplateLeakSettings,
 )
-from gateway.checks.registry import build_checks
+from gateway.checks.registry import CHECK_NAMES, PASS_CACHE, build_checks
 from gateway.checks.repetition import RepetitionCheck, find_loop_start
 from gateway.checks.structured import (
     JsonParseMemo,

@@ -11,7 +11,7 @@ from collections import defaultdict
 
 import pytest
 
-from evals.classify import NATURAL, load
+from evals.classify.run import NATURAL, load
 from evals.data.classify_multilang import PROMPTS, build_rows, noisy
 from gateway.request.model import parse_chat
 from gateway.routing.classify import Classifier

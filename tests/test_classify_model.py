@@ -14,7 +14,7 @@ from typing import Any
 import openai
 import pytest
 
-from evals.classify import CORPUS, NATURAL, load
+from evals.classify.run import CORPUS, NATURAL, load
 from gateway.request.model import parse_chat
 from gateway.routing.classify import Classifier
 from gateway.routing.explain import explain
@@ -295,7 +295,7 @@ def test_corpus_is_large_varied_and_its_held_out_templates_never_trained_on() ->
 
 
 def test_training_is_reproducible() -> None:
-    from evals.classify_train import train
+    from evals.classify.train import train
 
     rows = [r for r in load(CORPUS) if r["split"] == "train"][::8]
     a = train(rows, seed=3, epochs=20, spec=FeatureSpec(512, False, 10))

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway.errors import InvalidField, ModelNotFound
+from gateway.errors import GatewayError, InvalidField, ModelNotFound
 from gateway.request.model import parse_chat, parse_completion
 from gateway.routing.classify import Classifier
 from gateway.routing.router import Router
@@ -160,11 +160,11 @@ def test_classify_completions_prompt() -> None:
     ids=["unknown-model", "bad-task", "bad-sla", "bad-tier"],
 )
 def test_classify_rejects(
-    body: bytes, headers: dict[str, str], exc: type[Exception], param: str
+    body: bytes, headers: dict[str, str], exc: type[GatewayError], param: str
 ) -> None:
     with pytest.raises(exc) as ei:
         Classifier(RULES).classify(parse_chat(body), headers)
-    assert ei.value.param == param  # type: ignore[attr-defined]
+    assert ei.value.param == param
 
 
 ROUTE = [
@@ -264,26 +264,71 @@ _MINE = {"name": "mine", "when": {"task": ["chat"]}, "tier": "standard"}
     [
         ({}, "default", ("highspeed", "standard"), "interactive", None),
         ({"default_sla": "batch"}, "batch-to-standard", ("standard",), "batch", None),
-        ({"default_sla": "gone"}, "default", ("highspeed", "standard"), "interactive",
-         "default_sla gone"),
+        (
+            {"default_sla": "gone"},
+            "default",
+            ("highspeed", "standard"),
+            "interactive",
+            "default_sla gone",
+        ),
         ({"forced_tier": "standard"}, "default", ("standard",), "interactive", None),
-        ({"forced_tier": "gone"}, "default", ("highspeed", "standard"), "interactive",
-         "forced_tier gone"),
+        (
+            {"forced_tier": "gone"},
+            "default",
+            ("highspeed", "standard"),
+            "interactive",
+            "forced_tier gone",
+        ),
         ({"rules": [_MINE]}, "mine", ("standard",), "interactive", None),
-        ({"rules": [{**_MINE, "tier": "gone"}]}, "default", ("highspeed", "standard"),
-         "interactive", "rule mine (tier gone)"),
-        ({"rules": [{**_MINE, "fallback": ["gone", "highspeed"]}]}, "default",
-         ("highspeed", "standard"), "interactive", "rule mine (tier gone)"),
-        ({"rules": [{**_MINE, "sla": "gone"}]}, "default", ("highspeed", "standard"),
-         "interactive", "rule mine (sla gone)"),
-        ({"rules": [{**_MINE, "tier": "gone"}], "forced_tier": "old", "default_sla": "gone"},
-         "default", ("highspeed", "standard"), "interactive",
-         "default_sla gone; rule mine (tier gone); forced_tier old"),
-        ({"allowed_tiers": ["gone", "standard"]}, "default", ("standard",), "interactive",
-         None),  # a restriction is kept, never widened: the names it lacks match nothing
+        (
+            {"rules": [{**_MINE, "tier": "gone"}]},
+            "default",
+            ("highspeed", "standard"),
+            "interactive",
+            "rule mine (tier gone)",
+        ),
+        (
+            {"rules": [{**_MINE, "fallback": ["gone", "highspeed"]}]},
+            "default",
+            ("highspeed", "standard"),
+            "interactive",
+            "rule mine (tier gone)",
+        ),
+        (
+            {"rules": [{**_MINE, "sla": "gone"}]},
+            "default",
+            ("highspeed", "standard"),
+            "interactive",
+            "rule mine (sla gone)",
+        ),
+        (
+            {"rules": [{**_MINE, "tier": "gone"}], "forced_tier": "old", "default_sla": "gone"},
+            "default",
+            ("highspeed", "standard"),
+            "interactive",
+            "default_sla gone; rule mine (tier gone); forced_tier old",
+        ),
+        (
+            {"allowed_tiers": ["gone", "standard"]},
+            "default",
+            ("standard",),
+            "interactive",
+            None,
+        ),  # a restriction is kept, never widened: the names it lacks match nothing
     ],
-    ids=["none", "sla", "sla-gone", "forced", "forced-gone", "rule", "rule-tier-gone",
-         "rule-fallback-gone", "rule-sla-gone", "all-gone", "allowed-partly-gone"],
+    ids=[
+        "none",
+        "sla",
+        "sla-gone",
+        "forced",
+        "forced-gone",
+        "rule",
+        "rule-tier-gone",
+        "rule-fallback-gone",
+        "rule-sla-gone",
+        "all-gone",
+        "allowed-partly-gone",
+    ],
 )
 def test_a_policy_naming_what_the_running_rules_lack(
     policy: dict[str, Any], rule: str, tiers: tuple[str, ...], sla: str, ignored: str | None

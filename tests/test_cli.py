@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -49,6 +50,16 @@ def test_serve_refuses_a_broken_rules_file(tmp_path: Path) -> None:
     assert r.returncode == 2
     assert "tiers.highspeed.colour: Extra inputs are not permitted" in r.stderr
     assert "sla_classes: Field required" in r.stderr
+
+
+def test_serve_refuses_an_unknown_gateway_variable_with_the_nearest_name() -> None:
+    env = {**os.environ, "GATEWAY_REDIS_URLL": "redis://127.0.0.1:1/0"}
+    r = gateway("serve", "--port", "0", env=env)
+    assert r.returncode == 2
+    assert r.stderr == (
+        "error: bad settings: GATEWAY_REDIS_URLL is not a setting "
+        "(did you mean GATEWAY_REDIS_URL?)\n"
+    )
 
 
 def test_validate_and_serve_refuse_rules_naming_a_file_that_is_not_a_model(tmp_path: Path) -> None:

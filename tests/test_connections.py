@@ -13,8 +13,10 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
+from aiohttp import web
 
 from gateway.server.bodies import SMALL, TRIM_AFTER, BodyBudget
 from tests.conftest import rules_for_tests, start_gateway
@@ -128,6 +130,11 @@ class _Req:
         self.body_exists = body
 
 
+def _req(length: int | None, body: bool = True) -> web.BaseRequest:
+    """A stand-in with the two attributes ``BodyBudget.take`` reads."""
+    return cast(web.BaseRequest, _Req(length, body))
+
+
 @pytest.mark.parametrize(
     ("held", "length", "body", "taken"),
     [
@@ -145,10 +152,10 @@ def test_the_body_budget(held: int, length: int | None, body: bool, taken: int |
     b.held = held
     if taken is None:
         with pytest.raises(Exception, match="MiB of request bodies"):
-            b.take(_Req(length, body))  # type: ignore[arg-type]
+            b.take(_req(length, body))
         assert b.held == held
     else:
-        assert b.take(_Req(length, body)) == taken  # type: ignore[arg-type]
+        assert b.take(_req(length, body)) == taken
         assert b.held == held + taken
 
 
@@ -156,14 +163,14 @@ def test_the_body_budget(held: int, length: int | None, body: bool, taken: int |
 async def test_the_last_large_body_let_go_trims_the_allocator_at_most_once_a_second() -> None:
     calls: list[float] = []
     b = BodyBudget(cap=64 << 20, max_body=10 << 20, trim=lambda: calls.append(time.monotonic()))
-    a, c = b.take(_Req(TRIM_AFTER)), b.take(_Req(TRIM_AFTER))  # type: ignore[arg-type]
+    a, c = b.take(_req(TRIM_AFTER)), b.take(_req(TRIM_AFTER))
     b.give(a)
     assert calls == []  # another large body is still held
     b.give(c)
     assert len(calls) == 1 and b.held == 0
-    b.give(b.take(_Req(TRIM_AFTER)))  # type: ignore[arg-type]
+    b.give(b.take(_req(TRIM_AFTER)))
     assert len(calls) == 1  # within the second: deferred to its end, not dropped
-    b.give(b.take(_Req(SMALL + 1)))  # type: ignore[arg-type]  # under 1 MiB: never trims
+    b.give(b.take(_req(SMALL + 1)))  # under 1 MiB: never trims
     await wait_until_async(lambda: len(calls) == 2, "the deferred trim")
     assert calls[1] - calls[0] >= 0.99 and b.trims == 2
 

@@ -18,7 +18,7 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import pytest
 import yaml
@@ -33,6 +33,7 @@ from selenium.common.exceptions import (
     StaleElementReferenceException,
     WebDriverException,
 )
+from selenium.webdriver import Chrome
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support import expected_conditions
@@ -68,13 +69,13 @@ def gw(
         "GATEWAY_KEY_SECRET": "console-test-secret-0123",
     }
     proc, _ = start_gateway(tmp_path_factory.mktemp("console"), rules_for_tests(), urls, env)
-    proc.dead = dead  # type: ignore[attr-defined]
+    proc.dead = dead  # type: ignore[attr-defined]  # the down replica's URL, for the tests
     yield proc
     proc.stop()
 
 
 @pytest.fixture(scope="module")
-def browser(gw: Proc, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
+def browser(gw: Proc, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chrome]:
     d = chromium(tmp_path_factory.mktemp("chromium-profile"))
     d.implicitly_wait(0)
     yield d
@@ -88,7 +89,7 @@ def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture()
-def page(browser: WebDriver, gw: Proc) -> WebDriver:
+def page(browser: Chrome, gw: Proc) -> Chrome:
     """The browser, logged in to the console."""
     browser.get(f"{gw.admin}/console/tiers")
     if "/console/login" in browser.current_url:
@@ -105,12 +106,12 @@ def wait(d: WebDriver, what: Callable[[WebDriver], T], timeout: float = WAIT_S) 
     is another poll, not a failure (ChromeDriver says the latter either as a stale element or
     as an inspector error, "Node with given id does not belong to the document")."""
 
-    def poll(drv: WebDriver) -> T | None:
+    def poll(drv: WebDriver) -> T | Literal[False]:
         try:
-            return what(drv) or None
+            return what(drv) or False
         except WebDriverException as e:
             if "does not belong to the document" in str(e.msg):
-                return None
+                return False
             raise
 
     return WebDriverWait(
@@ -228,12 +229,19 @@ def test_login_refuses_a_wrong_token_and_keeps_an_httponly_strict_cookie(
 
 
 def test_tiers_page_shows_both_tiers_health_and_live_numbers(
-    page: WebDriver, gw: Proc, shots: Path
+    page: Chrome, gw: Proc, shots: Path
 ) -> None:
     for tier in ("highspeed", "standard"):
-        wait(page, lambda d, tier=tier: cell(d, "pools", tier, "available").text == "up")
-        wait(page, lambda d, tier=tier: cell(d, "pools", tier, "circuit_open").text == "closed")
-    dead = gw.dead  # type: ignore[attr-defined]
+
+        def up(d: WebDriver, tier: str = tier) -> bool:
+            return bool(cell(d, "pools", tier, "available").text == "up")
+
+        def closed(d: WebDriver, tier: str = tier) -> bool:
+            return bool(cell(d, "pools", tier, "circuit_open").text == "closed")
+
+        wait(page, up)
+        wait(page, closed)
+    dead = gw.dead  # type: ignore[attr-defined]  # set by the gw fixture
 
     def replicas(d: WebDriver) -> set[str | None]:
         rows = d.find_elements(By.CSS_SELECTOR, "#replicas tbody tr[data-replica]")
@@ -334,7 +342,7 @@ def test_validate_and_explain_a_draft_before_uploading_it(
 
 
 def test_upload_shows_the_diff_and_rollback_restores_the_version(
-    page: WebDriver, gw: Proc, tmp_path: Path, shots: Path
+    page: Chrome, gw: Proc, tmp_path: Path, shots: Path
 ) -> None:
     before = current_version(gw)
     marker = uuid.uuid4().hex[:6]

@@ -20,13 +20,14 @@ from gateway.store.redis_store import RedisStore
 from gateway.tenancy.limits import LocalLimiter
 from gateway.tenancy.tenants import CostBudget, Policy
 from gateway.upstream.pools import Pool
-from tests.conftest import Proc, rules_for_tests, start_gateway
-from tests.test_tenancy import REDIS, call, chat, new_tenant, tenancy_env, until
+from tests.conftest import REDIS, Proc, rules_for_tests, start_gateway
+from tests.test_tenancy import call, chat, new_tenant, tenancy_env
+from tests.waiting import until
 
 PRICES = {"highspeed": (100.0, 400.0), "standard": (1000.0, 2000.0)}  # USD per 1M in, out
 
 
-def price_of(tier: str, usage: dict[str, Any]) -> float:
+def price_of(tier: str, usage: dict[str, int]) -> float:
     p_in, p_out = PRICES[tier]
     return (usage["prompt_tokens"] * p_in + usage["completion_tokens"] * p_out) / 1e6
 
@@ -138,6 +139,7 @@ def test_local_limiter_counts_micro_usd() -> None:
 def test_pool_cost_needs_a_price() -> None:
     tier = Tier(model="m", endpoints=("http://127.0.0.1:9",))
     priced = tier.model_copy(update={"price": None})
+    # a placeholder transport: this test prices usage and never sends
     pool = Pool.create("x", priced, transport=object())  # type: ignore[arg-type]
     assert pool.cost({"prompt_tokens": 10, "completion_tokens": 5}) is None
     pool.price = (1e-6, 2e-6)

@@ -11,22 +11,29 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionToolUnionParam
+from openai.types.responses import FunctionToolParam, ResponseInputItemParam
 from pydantic import BaseModel
 
 from tests.conftest import rules_for_tests, start_engine, start_gateway
 
 ORIGIN = "https://app.example"
-WEATHER = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "Weather in a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-}
+# The SDK's FunctionToolParam marks ``strict`` Required, but the API takes a tool without
+# it, and clients send it so: the cast keeps the request as they send it.
+WEATHER = cast(
+    FunctionToolParam,
+    {
+        "type": "function",
+        "name": "get_weather",
+        "description": "Weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+)
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +76,8 @@ def get(
 
 
 def received(engine: str) -> list[dict[str, Any]]:
-    return json.loads(get(f"{engine}/_requests")[2])
+    requests: list[dict[str, Any]] = json.loads(get(f"{engine}/_requests")[2])
+    return requests
 
 
 # -- part 1: own engines by URL -------------------------------------------------------------------
@@ -150,6 +158,7 @@ def test_embeddings(oa: openai.OpenAI, strict_engines: dict[str, str]) -> None:
     )
     assert floats.data[0].embedding[0] == 3.0
     with pytest.raises(openai.BadRequestError) as e:
+        # a missing input on purpose: the SDK's types refuse it, the gateway must too
         oa.embeddings.create(model="auto", input=None)  # type: ignore[arg-type]
     assert e.value.param == "input"
 
@@ -183,7 +192,9 @@ def test_responses_stream(oa: openai.OpenAI) -> None:
     assert "response.output_text.delta" in types and types[-1] == "response.completed"
     text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     assert text == "Echo (standard): stream me"
-    assert events[-1].response.output_text == text  # type: ignore[union-attr]
+    completed = events[-1]
+    assert completed.type == "response.completed"  # as asserted above; narrows the type
+    assert completed.response.output_text == text
     assert [e.sequence_number for e in events] == list(range(1, len(events) + 1))
     with oa.responses.stream(model="auto", input="helper") as s:
         final = s.get_final_response()
@@ -192,13 +203,13 @@ def test_responses_stream(oa: openai.OpenAI) -> None:
 
 def test_responses_tools(oa: openai.OpenAI, strict_engines: dict[str, str]) -> None:
     prompt = '[[*: tool=get_weather; args={"city": "Paris"}]] weather?'
-    r = oa.responses.create(model="auto", input=prompt, tools=[WEATHER])  # type: ignore[list-item]
+    r = oa.responses.create(model="auto", input=prompt, tools=[WEATHER])
     call = r.output[0]
     assert call.type == "function_call" and call.name == "get_weather"
     assert json.loads(call.arguments) == {"city": "Paris"}
     sent = received(strict_engines["highspeed"])[-1]
     assert sent["tools"][0]["function"]["name"] == "get_weather"
-    follow = [
+    follow: list[ResponseInputItemParam] = [
         {"role": "user", "content": "weather?"},
         {
             "type": "function_call",
@@ -208,12 +219,12 @@ def test_responses_tools(oa: openai.OpenAI, strict_engines: dict[str, str]) -> N
         },
         {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"},
     ]
-    r2 = oa.responses.create(model="auto", input=follow, tools=[WEATHER])  # type: ignore[arg-type,list-item]
+    r2 = oa.responses.create(model="auto", input=follow, tools=[WEATHER])
     assert r2.status == "completed"
     msgs = received(strict_engines["highspeed"])[-1]["messages"]
     assert msgs[1]["tool_calls"][0]["id"] == call.call_id
     assert msgs[2] == {"role": "tool", "tool_call_id": call.call_id, "content": "sunny"}
-    events = list(oa.responses.create(model="auto", input=prompt, tools=[WEATHER], stream=True))  # type: ignore[list-item]
+    events = list(oa.responses.create(model="auto", input=prompt, tools=[WEATHER], stream=True))
     done = [e for e in events if e.type == "response.function_call_arguments.done"]
     assert json.loads(done[0].arguments) == {"city": "Paris"}
 
@@ -223,7 +234,7 @@ def test_responses_bad_input(oa: openai.OpenAI) -> None:
         oa.responses.create(model="auto", input="x", previous_response_id="resp_1")
     assert e.value.param == "previous_response_id"
     with pytest.raises(openai.BadRequestError) as e:
-        oa.responses.create(model="auto", input=[{"type": "item_reference", "id": "x"}])  # type: ignore[list-item]
+        oa.responses.create(model="auto", input=[{"type": "item_reference", "id": "x"}])
     assert e.value.param == "input[0].type"
     with pytest.raises(openai.NotFoundError):
         oa.responses.create(model="nope", input="x")
@@ -260,7 +271,7 @@ def test_responses_passed_through(native: openai.OpenAI, strict_engines: dict[st
     text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     assert text == "Echo (highspeed): stream me" and events[-1].type == "response.completed"
     prompt = '[[*: tool=get_weather; args={"city": "Paris"}]] weather?'
-    call = native.responses.create(model="auto", input=prompt, tools=[WEATHER]).output[0]  # type: ignore[list-item]
+    call = native.responses.create(model="auto", input=prompt, tools=[WEATHER]).output[0]
     assert call.type == "function_call" and json.loads(call.arguments) == {"city": "Paris"}
     # chat requests to the same tier still use its chat endpoint
     native.chat.completions.create(model="auto", messages=[{"role": "user", "content": "c"}])
@@ -318,11 +329,11 @@ def test_chat_completions_parse(oa: openai.OpenAI) -> None:
 
 
 def test_custom_tools_pass_through(oa: openai.OpenAI, strict_engines: dict[str, str]) -> None:
-    tools = [{"type": "custom", "custom": {"name": "run_sql", "description": "SQL"}}]
+    tools: list[ChatCompletionToolUnionParam] = [
+        {"type": "custom", "custom": {"name": "run_sql", "description": "SQL"}}
+    ]
     r = oa.chat.completions.create(
-        model="auto",
-        messages=[{"role": "user", "content": "go"}],
-        tools=tools,  # type: ignore[list-item]
+        model="auto", messages=[{"role": "user", "content": "go"}], tools=tools
     )
     assert r.choices[0].message.content == "Echo (highspeed): go"
     assert received(strict_engines["highspeed"])[-1]["tools"] == tools

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from evals import quality
 from evals.data import build_quality_set
+from evals.quality import run as quality
+from evals.quality.metrics import METRICS
 
 PERSON = {
     "type": "object",
@@ -79,13 +80,13 @@ def call(name: str, args: str) -> list[dict[str, Any]]:
     ids=lambda v: v if isinstance(v, str) else None,
 )
 def test_metrics(task: str, answer: dict[str, Any], expect: dict[str, Any], score: float) -> None:
-    assert quality.METRICS[task](answer, expect) == pytest.approx(score)
+    assert METRICS[task](answer, expect) == pytest.approx(score)
 
 
 def test_shipped_set_is_what_the_builder_writes() -> None:
     shipped = build_quality_set.OUT.read_text(encoding="utf-8").splitlines()
     assert shipped == [json.dumps(c, ensure_ascii=False) for c in build_quality_set.build()]
-    assert {json.loads(x)["task"] for x in shipped} == set(quality.METRICS)
+    assert {json.loads(x)["task"] for x in shipped} == set(METRICS)
 
 
 def test_a_whole_run_against_two_engines(engines: dict[str, str], tmp_path: Path) -> None:
@@ -103,7 +104,7 @@ def test_a_whole_run_against_two_engines(engines: dict[str, str], tmp_path: Path
     )
     assert rc == 0
     raw = json.loads((out / "raw.json").read_text())
-    assert [t["task"] for t in raw["tasks"]] == list(quality.METRICS)
+    assert [t["task"] for t in raw["tasks"]] == list(METRICS)
     # the fake engines echo the prompt: "Echo (highspeed): ..." vs "Echo (standard): ..."
     chat = next(t for t in raw["tasks"] if t["task"] == "chat")
     assert 0.8 < chat["align_f1"] < 1.0 and chat["exact"] == 0.0

@@ -17,8 +17,10 @@ from typing import Any
 
 import pytest
 
-from evals import checks_eval, speed
+from evals.checks import run as checks_eval
 from evals.data import build_checks_set
+from evals.speed import run as speed
+from evals.speed.targets import Target, parse_target
 from gateway.checks.registry import CHECK_NAMES
 from tests.conftest import Proc, free_port
 
@@ -214,8 +216,8 @@ def test_speed_replays_recorded_traffic(sims: dict[str, str], tmp_path: Path) ->
 
 
 def test_speed_parses_targets_with_headers() -> None:
-    t = speed.parse_target("fast=http://127.0.0.1:8080/v1,x-gateway-tier:highspeed,x-a:b")
-    assert t == speed.Target(
+    t = parse_target("fast=http://127.0.0.1:8080/v1,x-gateway-tier:highspeed,x-a:b")
+    assert t == Target(
         "fast", "http://127.0.0.1:8080/v1", (("x-gateway-tier", "highspeed"), ("x-a", "b"))
     )
     assert t.url({"messages": []}) == "http://127.0.0.1:8080/v1/chat/completions"

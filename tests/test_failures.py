@@ -45,8 +45,15 @@ ROWS: list[tuple[f.AttemptFailed, str, bool, bool, bool, bool, bool]] = [
     (f.StreamErrorEvent("overloaded"), "stream_error", True, False, False, True, False),
     (f.EmptyStream("no token"), "stream_empty", True, False, False, True, False),
     (f.CheckFailed("empty", "non_empty"), "check_non_empty", True, False, False, False, False),
-    (f.LoopFound("loops"), "check_repetition", True, False, False, False, False),
-    (f.TemplateLeaked("<|im_end|>"), "check_template_leak", True, False, False, False, False),
+    (
+        f.CheckFailed("loops", "repetition", 12),
+        "check_repetition",
+        True,
+        False,
+        False,
+        False,
+        False,
+    ),
     (f.Shed("saturated", 3.0), "shed", True, False, False, False, False),
     (f.TierMisconfigured("no key"), "config", True, False, False, True, False),
     (f.TierUnavailable("circuit open"), "unavailable", True, False, False, False, False),
@@ -115,8 +122,8 @@ def test_an_engine_status_becomes_its_type(status: int, kind: type[f.UpstreamSta
 @pytest.mark.parametrize(
     ("check", "kind"),
     [
-        ("repetition", f.LoopFound),
-        ("template_leak", f.TemplateLeaked),
+        ("repetition", f.CheckFailed),
+        ("template_leak", f.CheckFailed),
         ("json_valid", f.CheckFailed),
         ("non_empty", f.CheckFailed),
     ],
@@ -143,7 +150,7 @@ def _failures(*pairs: tuple[str, f.AttemptFailed]) -> list[Failure]:
         ),
         (
             f.FirstTokenTimeout(""),
-            (("highspeed", f.LoopFound("")), ("standard", f.FirstTokenTimeout(""))),
+            (("highspeed", f.CheckFailed("", "repetition")), ("standard", f.FirstTokenTimeout(""))),
             UpstreamTimeout,
             504,
             "Every tier failed: highspeed: check_repetition; standard: timeout_ttft.",
@@ -179,7 +186,9 @@ def test_a_client_error_is_relayed_as_it_is() -> None:
 
 
 def test_the_fallback_header_names_reasons_and_tiers() -> None:
-    failures = _failures(("highspeed", f.LoopFound("loops")), ("standard", f.ServerError(503, "")))
+    failures = _failures(
+        ("highspeed", f.CheckFailed("loops", "repetition")), ("standard", f.ServerError(503, ""))
+    )
     assert describe_fallback(failures, "standard") == (
         "highspeed:check_repetition; standard:http_503 -> standard"
     )

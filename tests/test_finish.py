@@ -5,6 +5,7 @@ and send the client only what it has not seen."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ from gateway.dispatch.finish import PARAGRAPH, separator, way
 from gateway.rules.schema import Rules
 from gateway.telemetry.recorder import Telemetry
 from gateway.upstream.pools import Pools
-from tests.memory_transport import Reply, Transports, events
+from tests.memory_transport import Handler, Reply, Transports, events
 from tests.test_dispatch_memory import Rig, Sink, aio, by_tier
 
 ANSWER = ["Green ", "tea ", "is ", "made ", "from ", "young ", "leaves."]
@@ -30,7 +31,10 @@ class _Rig(Rig):
     """The test rig, its standard tier with the settings ``std`` on top of the test rules'."""
 
     def __init__(
-        self, handler: Any, std: dict[str, Any] | None = None, fast: dict[str, Any] | None = None
+        self,
+        handler: Handler,
+        std: dict[str, Any] | None = None,
+        fast: dict[str, Any] | None = None,
     ):
         super().__init__(handler)
         data = self.rules.model_dump()
@@ -43,12 +47,11 @@ class _Rig(Rig):
             self.pools,
             build_checks(self.rules.checks),
             self.rules.dispatch,
-            self.rules.checks.repetition,
             Telemetry(),
         )
 
 
-def _no_prefill(answer: Reply) -> Any:
+def _no_prefill(answer: Reply) -> Callable[[dict[str, Any]], Reply]:
     """A standard tier that refuses an assistant prefix (400) and answers a fresh request."""
 
     def reply(body: dict[str, Any]) -> Reply:
@@ -57,7 +60,7 @@ def _no_prefill(answer: Reply) -> Any:
     return reply
 
 
-def _handler(fast: Reply, std: Any) -> Any:
+def _handler(fast: Reply, std: Reply | Callable[[dict[str, Any]], Reply]) -> Handler:
     def handler(tier: str, body: dict[str, Any]) -> Reply:
         if tier == "highspeed":
             return fast

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from gateway.store.redis_store import RedisStore
-from tests.conftest import Proc, rules_for_tests, start_gateway
+from tests.conftest import REDIS, Proc, rules_for_tests, start_gateway
 from tests.test_streams import ANSWER, content, sse
-from tests.test_tenancy import REDIS, call, chat, new_tenant, tenancy_env
+from tests.test_tenancy import call, chat, new_tenant, tenancy_env
 
 SENTENCE = "I will repeat this sentence again. "  # the fake engine's loop
 CUT = f"q [[*: text={ANSWER}; per=1]] [[highspeed: cut_after=10; gap=0.01]]"

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway.checks.base import CHECK_NAMES
+from gateway.checks.registry import CHECK_NAMES
 from gateway.routing.explain import explain
 from gateway.rules.effective import hedge_setting, route_settings, rules_settings
 from gateway.rules.schema import GUARDS, Route, RulesError, parse_rules

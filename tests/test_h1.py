@@ -84,7 +84,7 @@ async def read_all(t: HttpTransport, url: str, stream: bool = True) -> bytes:
 
 
 def run(coro: Awaitable[None]) -> None:
-    asyncio.run(asyncio.wait_for(coro, 20))  # type: ignore[arg-type]
+    asyncio.run(asyncio.wait_for(coro, 20))
 
 
 EVENTS = [b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n', b"data: [DONE]\n\n"]
@@ -152,7 +152,11 @@ def test_a_pooled_connection_closed_by_the_engine_is_replaced_once() -> None:
         t = HttpTransport(10, 30)
         for i in range(3):
             assert await read_all(t, url) == b"".join(EVENTS)
-            await wait_until_async(lambda n=i + 1: len(closed) == n, "the engine's close")
+
+            def closes_seen(n: int = i + 1) -> bool:
+                return len(closed) == n
+
+            await wait_until_async(closes_seen, "the engine's close")
         await t.close()
         server.close()
         assert len(accepted) == 3

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from evals import hostile
+from evals.hostile import run as hostile
 
 PARSER_LEVEL = {"header without colon", "bad chunking", "header too long"}
 

@@ -168,7 +168,7 @@ def test_metrics_need_the_token_and_carry_no_tenant_ids(gw: Proc, base: str, key
 
 
 def test_rules_watcher_survives_any_bytes(gw: Proc, base: str, key: str) -> None:
-    path = Path(gw.p.args[gw.p.args.index("--rules") + 1])
+    path = Path(gw.argv[gw.argv.index("--rules") + 1])
     good = rules_for_tests()
 
     def last_error() -> Any:

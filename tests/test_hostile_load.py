@@ -17,11 +17,12 @@ import pytest
 
 from gateway.access.guard import Access
 from gateway.errors import StoreUnavailable
+from gateway.store.events import Resync
 from gateway.store.memory_store import MemoryStore
 from gateway.store.redis_store import RedisStore
 from gateway.tenancy.tenants import Effective, Policy
-from tests.conftest import Proc, rules_for_tests, start_gateway
-from tests.test_tenancy import REDIS, new_tenant, tenancy_env
+from tests.conftest import REDIS, Proc, rules_for_tests, start_gateway
+from tests.test_tenancy import new_tenant, tenancy_env
 from tests.waiting import wait_until
 
 CLIENTS = 64
@@ -162,7 +163,8 @@ def test_a_failed_release_is_retried_not_dropped() -> None:
 def test_streams_are_charged_for_prompt_and_completion(pair: list[tuple[Proc, str]]) -> None:
     import openai
 
-    from tests.test_tenancy import call, until
+    from tests.test_tenancy import call
+    from tests.waiting import until
 
     admin, url = pair[0][0].admin, pair[1][1]
     tenant, _, key = new_tenant(admin)
@@ -205,7 +207,7 @@ def test_known_keys_keep_working_right_after_a_redis_restart() -> None:
         )
         access = Access(store, b"s", True, 30.0)
         assert (await access.authenticate("Bearer gk-1")).tenant_id == "ten_1"
-        access.on_event({"type": "resync"})  # Redis is back: every key is re-read ...
+        access.on_event(Resync())  # Redis is back: every key is re-read ...
         store.down = True  # ... but the first calls still fail
         eff = await access.authenticate("Bearer gk-1")  # the last known policy, not a 503
         store.down = False

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from gateway.upstream.failures import AnswerTooLarge
 from gateway.upstream.framing import SSEFramer
@@ -68,13 +69,15 @@ def small_fast_tier(
 @pytest.mark.parametrize("stream", [False, True])
 def test_an_oversized_event_falls_back(small_fast_tier: str, stream: bool) -> None:
     client = openai.OpenAI(base_url=f"{small_fast_tier}/v1", api_key="x", max_retries=0)
-    messages = [{"role": "user", "content": "[[highspeed: big=200000]] hi"}]
+    messages: list[ChatCompletionMessageParam] = [
+        {"role": "user", "content": "[[highspeed: big=200000]] hi"}
+    ]
     if stream:
-        raw = client.chat.completions.with_raw_response.create(
+        streamed = client.chat.completions.with_raw_response.create(
             model="auto", messages=messages, stream=True
         )
-        headers = raw.headers
-        text = "".join(c.choices[0].delta.content or "" for c in raw.parse() if c.choices)
+        headers = streamed.headers
+        text = "".join(c.choices[0].delta.content or "" for c in streamed.parse() if c.choices)
     else:
         raw = client.chat.completions.with_raw_response.create(model="auto", messages=messages)
         headers, text = raw.headers, raw.parse().choices[0].message.content or ""

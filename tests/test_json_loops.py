@@ -28,14 +28,14 @@ ARRAY_LOOP = '{"tags": [' + '"kitchen appliance", ' * 40 + '"x"]}'
 
 
 def _facts(**kw: Any) -> RequestFacts:
-    base = dict(
+    base: dict[str, Any] = dict(
         max_tokens_set=True,
         json_mode=True,
         json_schema=None,
         tools={},
         other_tools=frozenset(),
     )
-    return RequestFacts(**(base | kw))  # type: ignore[arg-type]
+    return RequestFacts(**(base | kw))
 
 
 GOOD = json.dumps(

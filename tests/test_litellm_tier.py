@@ -197,7 +197,8 @@ def test_hosted_failure_moves_on_to_the_next_tier(hosted: Any, status: int) -> N
         )
     assert r.headers["x-gateway-tier"] == "standard"
     assert r.headers["x-gateway-fallback"].startswith("hosted:http_")
-    assert r.parse().choices[0].message.content.startswith("Echo (standard)")
+    content = r.parse().choices[0].message.content
+    assert content is not None and content.startswith("Echo (standard)")
 
 
 def test_broken_stream_is_continued_on_hosted_tier_by_prefill(hosted: Any) -> None:

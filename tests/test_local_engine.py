@@ -42,8 +42,8 @@ def local_engines() -> Iterator[dict[str, str]]:
             wait_ready(f"http://127.0.0.1:{p}", timeout=60, proc=engines[t])
         yield {t: f"http://127.0.0.1:{p}" for t, p in ports.items()}
     finally:
-        for p in engines.values():
-            stop_local_engine(p)
+        for proc in engines.values():
+            stop_local_engine(proc)
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +149,7 @@ def test_real_looping_stream_is_recovered(client: Any) -> None:
 def test_the_engine_continues_its_own_prefix_with_the_rest_of_its_answer(
     local_engines: dict[str, str], share: float
 ) -> None:
-    """What the simulator models (engines/sim.py, continuations): with greedy decoding, a
+    """What the simulator models (engines/sim/, continuations): with greedy decoding, a
     request whose trailing assistant message is the start of the engine's own answer gets
     the rest of that answer (llama.cpp's server echoes the prefix first; the gateway strips
     it, dispatch/splice.py)."""

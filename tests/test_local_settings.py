@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from engines import local
@@ -22,7 +24,8 @@ def test_the_thread_count_can_be_set(
 ) -> None:
     if env is None:
         monkeypatch.delenv("LOCAL_LLM_THREADS", raising=False)
-        monkeypatch.setattr(local.os, "sched_getaffinity", lambda _pid: set(range(8)))
+        # the os module engines.local asks
+        monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(8)))
         threads = 3
     else:
         monkeypatch.setenv("LOCAL_LLM_THREADS", env)

@@ -23,7 +23,8 @@ from tests.waiting import wait_until
 def scrape(base: str) -> str:
     with urllib.request.urlopen(f"{base}/metrics", timeout=5) as r:
         assert r.headers["Content-Type"].startswith("text/plain")
-        return r.read().decode()
+        text: str = r.read().decode()
+        return text
 
 
 def sample(text: str, name: str, **labels: str) -> float:

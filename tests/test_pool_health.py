@@ -121,21 +121,31 @@ def test_a_non_streamed_answer_keeps_the_engines_own_fields_as_the_stream_does(
     tmp_path: Path,
 ) -> None:
     import openai
+    from openai.types.chat.completion_create_params import CompletionCreateParamsBase
 
     hs, hs_url = start_sim("--profile", "highspeed", "--time-scale", "0.01", "--seed", "3")
     st, st_url = start_sim("--profile", "standard", "--time-scale", "0.01")
     gw, base = start_gateway(tmp_path, sim_rules(), {"highspeed": hs_url, "standard": st_url})
     try:
         client = openai.OpenAI(base_url=base + "/v1", api_key="x", max_retries=0)
-        ask = {"model": "auto", "max_tokens": 16,
-               "messages": [{"role": "user", "content": "Tell me about rivers."}]}
-        whole = client.chat.completions.create(**ask)  # type: ignore[call-overload]
-        streamed = [c.model_extra or {} for c in client.chat.completions.create(
-            **ask, stream=True)]  # type: ignore[call-overload]
+        ask: CompletionCreateParamsBase = {
+            "model": "auto",
+            "max_tokens": 16,
+            "messages": [{"role": "user", "content": "Tell me about rivers."}],
+        }
+        whole = client.chat.completions.create(**ask)
+        streamed = [c.model_extra or {} for c in client.chat.completions.create(**ask, stream=True)]
         # the simulator's own "sim" object rides on its last chunk and on its whole answer
-        sim_direct = json.loads(urllib.request.urlopen(urllib.request.Request(
-            hs_url + "/v1/chat/completions", json.dumps(ask).encode(),
-            {"Content-Type": "application/json"}), timeout=10).read())["sim"]
+        sim_direct = json.loads(
+            urllib.request.urlopen(
+                urllib.request.Request(
+                    hs_url + "/v1/chat/completions",
+                    json.dumps(ask).encode(),
+                    {"Content-Type": "application/json"},
+                ),
+                timeout=10,
+            ).read()
+        )["sim"]
         assert any("sim" in extra for extra in streamed)
         sim = (whole.model_extra or {})["sim"]
         assert set(sim) == set(sim_direct) and sim["steps"] > 0

@@ -16,6 +16,7 @@ from typing import Any
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletionUserMessageParam
 
 from gateway import headers as gh
 from gateway.errors import InvalidField
@@ -24,7 +25,7 @@ from tests.conftest import rules_for_tests, start_gateway
 from tests.test_tenancy import tenancy_env
 
 ORIGIN = "https://app.example"
-USER = {"role": "user", "content": "hi"}
+USER: ChatCompletionUserMessageParam = {"role": "user", "content": "hi"}
 
 
 def chat(**kw: Any) -> dict[str, Any]:
@@ -188,13 +189,16 @@ def test_gateway_answers_400_before_the_engine(
 def test_openai_client_sees_the_param(client: openai.OpenAI, engines: dict[str, str]) -> None:
     before = _engine_counts(engines)
     with pytest.raises(openai.BadRequestError) as e:
-        client.chat.completions.create(model="auto", messages=[USER], temperature="hot")  # type: ignore[arg-type]
+        # a string temperature on purpose: the gateway must name the param (the SDK's types
+        # refuse it, so no overload matches)
+        client.chat.completions.create(model="auto", messages=[USER], temperature="hot")  # type: ignore[call-overload]
     assert e.value.param == "temperature" and e.value.code == "invalid_type"
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model="auto", messages=[USER], n=1000)
     assert e.value.param == "n" and e.value.code == "integer_above_max_value"
     with pytest.raises(openai.BadRequestError) as e:
-        client.completions.create(model="auto", prompt="hi", seed="x")  # type: ignore[arg-type]
+        # a string seed on purpose, as above
+        client.completions.create(model="auto", prompt="hi", seed="x")  # type: ignore[call-overload]
     assert e.value.param == "seed"
     assert _engine_counts(engines) == before
     ok = client.chat.completions.create(model="auto", messages=[USER], temperature=0.2, n=1)
@@ -316,7 +320,7 @@ def test_rules_history_agrees_after_the_store_comes_back_empty(tmp_path: Any) ->
         before = control.version, await store.rules_versions()
         empty = MemoryStore()  # the same Redis, restarted without its data
         control.store = empty
-        await control.on_event({"type": "resync"})
+        await control.resync()
         return (*before, control.version, await empty.rules_versions())
 
     v0, hist0, v1, hist1 = asyncio.run(scenario())

@@ -81,7 +81,7 @@ def test_the_loop_runs_while_rules_parse(
                 assert store is not None
                 v = await store.save_rules(_text(checks=["non_empty"]), {})
                 await store.set_current_rules(v)
-                await control.on_event({"type": "rules", "version": v})
+                await control.resync()
                 assert control.version == v
         finally:
             ticker.cancel()
@@ -150,9 +150,7 @@ def test_an_upload_during_an_adoption_stays_the_running_version(
         await control.start()
         other = await store.save_rules(older, {})  # another replica's upload
         await store.set_current_rules(other)
-        adopting = asyncio.get_running_loop().create_task(
-            control.on_event({"type": "rules", "version": other})
-        )
+        adopting = asyncio.get_running_loop().create_task(control.resync())
         while not started.is_set():
             await asyncio.sleep(0.005)
         await asyncio.gather(adopting, control.submit(newer, "a", "tester"))

@@ -44,7 +44,7 @@ def test_rules_swapped_under_load_never_answer_5xx(engines: dict[str, str], tmp_
     a = rules_for_tests()
     b = _without_fast_tier(a)
     proc, url = start_gateway(tmp_path, a, engines, {"GATEWAY_RULES_WATCH_INTERVAL": "0.02"})
-    path = Path(proc.p.args[proc.p.args.index("--rules") + 1])
+    path = Path(proc.argv[proc.argv.index("--rules") + 1])
     texts = [yaml.safe_dump(a), yaml.safe_dump(b)]
     stop = threading.Event()
 
@@ -164,8 +164,9 @@ def test_a_rules_swap_keeps_the_queue_of_unchanged_engines() -> None:
 
     raw = rules_for_tests()
     raw["tiers"]["highspeed"]["max_concurrency"] = 4
+
     def pools(r: dict[str, Any]) -> Pools:
-        return Pools(Rules.model_validate(r).tiers, transport=lambda name, tier: None)  # type: ignore[arg-type,return-value]
+        return Pools(Rules.model_validate(r).tiers)  # each pool's own (unused) transport
 
     old = pools(raw)
     old.by_tier["highspeed"].gate.busy = 3  # three requests in flight on the old rules

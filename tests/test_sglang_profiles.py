@@ -252,7 +252,7 @@ def test_launch_without_sglang(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setattr(eng, "_sglang_importable", lambda: False)
-    monkeypatch.setattr(eng.os, "execvp", pytest.fail)
+    monkeypatch.setattr(os, "execvp", pytest.fail)  # the os module engines.sglang calls
     assert eng.launch_main(["highspeed"]) == 2
     err = capsys.readouterr().err
     assert "SGLang is not installed" in err and "sglang==0.5.23" in err
@@ -271,7 +271,7 @@ def test_launch_execs_this_interpreter(
         raise Exec
 
     monkeypatch.setattr(eng, "_sglang_importable", lambda: True)
-    monkeypatch.setattr(eng.os, "execvp", fake_execvp)
+    monkeypatch.setattr(os, "execvp", fake_execvp)
     with pytest.raises(Exec):
         eng.launch_main(["standard", "--host", "127.0.0.1"])
     rendered = eng.render_argv(eng.load_profile("standard"), host="127.0.0.1")

@@ -1,4 +1,4 @@
-"""The SGLang-shaped simulator (engines/sim.py) as a real process on a real socket.
+"""The SGLang-shaped simulator (engines/sim/) as a real process on a real socket.
 
 Servers run with a small ``--time-scale`` so answers take milliseconds. Timing assertions
 use the model's own figures (``x-sim-*`` headers, the ``sim`` object), never wall-clock
@@ -482,15 +482,16 @@ def test_fault_500_and_429(client: openai.OpenAI, hs: str) -> None:
 
 @pytest.mark.parametrize("draw", ["order", "content"])
 def test_rate_faults_drawn_by_order_or_by_content(draw: str) -> None:
-    from engines.sim import SimConfig, SimServer
+    from engines.sim import SimConfig
+    from engines.sim.faults import FaultDraw
 
-    sim = SimServer(SimConfig(port=0, seed=3, faults={"loop": 0.5}, fault_draw=draw))
+    faults = FaultDraw(SimConfig(port=0, seed=3, faults={"loop": 0.5}, fault_draw=draw))
     digests = [f"{i:064x}" for i in range(40)]
-    first = [sim._faults("", d) for d in digests]
-    again = [sim._faults("", d) for d in digests]  # the same requests, sent again
+    first = [faults.draw("", d) for d in digests]
+    again = [faults.draw("", d) for d in digests]  # the same requests, sent again
     assert 5 < sum(1 for f in first if f) < 35  # about half, either way
     assert (first == again) is (draw == "content")  # by content: the same ones each time
-    assert sim._faults("none", digests[0]) == set() and sim._faults("cut", digests[0]) >= {"cut"}
+    assert faults.draw("none", digests[0]) == set() and faults.draw("cut", digests[0]) >= {"cut"}
 
 
 def test_fault_hang_never_answers(hs: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import orjson
 import pytest
@@ -16,7 +17,7 @@ def ev(obj: object) -> bytes:
     return orjson.dumps(obj)
 
 
-def chunk(delta: dict, finish: str | None = None, **extra: object) -> bytes:
+def chunk(delta: dict[str, Any], finish: str | None = None, **extra: object) -> bytes:
     choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
     return ev({"id": "c1", "model": "m", "created": 1, "choices": [choice], **extra})
 
@@ -41,8 +42,20 @@ def fed(payloads: list[bytes], general: bool = False, chat: bool = True) -> Stre
 
 
 def summary(s: StreamState) -> tuple[object, ...]:
-    return (s.id, s.model, s.created, s.text(), s.tokens, s.chars, s.finish_reason, s.usage,
-            s.tool_calls, s.multi, s.plain, s.first.get("id"))
+    return (
+        s.id,
+        s.model,
+        s.created,
+        s.text(),
+        s.tokens,
+        s.chars,
+        s.finish_reason,
+        s.usage,
+        s.tool_calls,
+        s.multi,
+        s.plain,
+        s.first.get("id"),
+    )
 
 
 def test_fast_and_general_paths_agree_on_a_plain_stream() -> None:
@@ -50,7 +63,9 @@ def test_fast_and_general_paths_agree_on_a_plain_stream() -> None:
     assert summary(fast) == summary(general)
     assert fast.text() == "Hello world" and fast.plain and fast.finish_reason == "stop"
     assert fast.tool_calls[0] == {
-        "id": "t1", "type": "function", "function": {"name": "f", "arguments": '{"a":1}'}
+        "id": "t1",
+        "type": "function",
+        "function": {"name": "f", "arguments": '{"a":1}'},
     }
     assert [orjson.loads(p) for p in PLAIN_STREAM] == fast.parsed_events()
 
@@ -140,8 +155,11 @@ def test_what_is_not_plain(payload: bytes, plain: bool) -> None:
         (ev({"choices": [], "usage": [1]}), BadStream, "usage is not an object"),
         (ev({"choices": [{"delta": {"tool_calls": "x"}}]}), BadStream, "tool_calls"),
         (ev({"choices": [{"delta": {"tool_calls": ["x"]}}]}), BadStream, "malformed"),
-        (ev({"choices": [{"delta": {"tool_calls": [{"function": {"name": 3}}]}}]}),
-         BadStream, "name is not a string"),
+        (
+            ev({"choices": [{"delta": {"tool_calls": [{"function": {"name": 3}}]}}]}),
+            BadStream,
+            "name is not a string",
+        ),
         (ev({"error": {"message": "overloaded"}}), StreamErrorEvent, "overloaded"),
         (ev({"error": "boom"}), StreamErrorEvent, "boom"),
     ],
@@ -234,8 +252,12 @@ FINISH = {"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}
         ({"choices": [{**FINISH, "matched_stop": 128009}]}, True, {}, {"matched_stop": 128009}),
         ({"choices": [{**FINISH, "stop_reason": "###"}]}, True, {}, {"stop_reason": "###"}),
         # an engine's own top-level field (the simulator's "sim", llama.cpp's "timings")
-        ({"choices": [FINISH], "timings": {"predicted_n": 2}}, True,
-         {"timings": {"predicted_n": 2}}, {}),
+        (
+            {"choices": [FINISH], "timings": {"predicted_n": 2}},
+            True,
+            {"timings": {"predicted_n": 2}},
+            {},
+        ),
         ({"choices": [FINISH], "metadata": None}, True, {}, {}),  # null: left out
         ({"choices": [FINISH], "obfuscation": "x8Kq"}, True, {}, {}),  # OpenAI's padding
         # a choice's own field beyond the plain ones: the general assembly keeps it
@@ -243,7 +265,7 @@ FINISH = {"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}
     ],
 )
 def test_an_assembled_answer_keeps_the_engines_own_fields(
-    last: dict, plain: bool, top: dict, choice: dict
+    last: dict[str, Any], plain: bool, top: dict[str, Any], choice: dict[str, Any]
 ) -> None:
     from gateway.dispatch.assemble import assembled
 
@@ -254,8 +276,14 @@ def test_an_assembled_answer_keeps_the_engines_own_fields(
         assert s.plain is plain
         answer = assembled("chat", s)
         assert answer["choices"][0]["message"]["content"] == "Hi"
-        assert {k: v for k, v in answer.items() if k not in
-                ("object", "id", "model", "created", "choices")} == top
-        own = {k: v for k, v in answer["choices"][0].items()
-               if k not in ("index", "message", "logprobs", "finish_reason")}
+        assert {
+            k: v
+            for k, v in answer.items()
+            if k not in ("object", "id", "model", "created", "choices")
+        } == top
+        own = {
+            k: v
+            for k, v in answer["choices"][0].items()
+            if k not in ("index", "message", "logprobs", "finish_reason")
+        }
         assert own == choice

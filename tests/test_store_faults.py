@@ -65,9 +65,12 @@ def tenant_eventually(proc: Proc, policy: dict[str, Any] | None = None) -> tuple
     """A new tenant, once the store takes writes: on this busy machine a starved event loop
     can time out a few calls in a row, which opens the breaker again for a moment."""
     out: list[tuple[str, str, str]] = []
-    assert wait_for(lambda: out.append(new_tenant(proc.admin, policy)) or True, timeout=15), (
-        store_lines(proc)
-    )
+
+    def created() -> bool:
+        out.append(new_tenant(proc.admin, policy))
+        return True
+
+    assert wait_for(created, timeout=15), store_lines(proc)
     return out[0]
 
 

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncGenerator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,8 @@ from gateway.access.cache import KeyCache
 from gateway.access.guard import Access
 from gateway.errors import RateLimited, ServiceUnavailable, StoreUnavailable
 from gateway.settings import store_target
-from gateway.store.base import Used
+from gateway.store.base import Usage, Used
+from gateway.store.events import KeyChanged, Resync, RulesChanged, TenantChanged
 from gateway.store.health import StoreHealth
 from gateway.store.memory_store import MemoryStore
 from gateway.store.redis_conn import reason_of
@@ -332,7 +333,7 @@ def test_an_admission_that_reaches_redis_too_late_takes_nothing(prefix: str) -> 
 
 
 def test_settle_ids_are_one_bounded_key_per_tenant(prefix: str) -> None:
-    async def run() -> tuple[int, int, dict[str, int], int]:
+    async def run() -> tuple[int, int, Usage, int]:
         store = RedisStore(REDIS, prefix)
         try:
             p = Policy(token_budget=TokenBudget(tokens=10_000))
@@ -356,16 +357,16 @@ def test_settle_ids_are_one_bounded_key_per_tenant(prefix: str) -> None:
 
     keys, members, usage, capped = asyncio.run(run())
     assert keys == 1 and members == 30 and capped == 5
-    assert usage["requests"] == 30 and usage["prompt_tokens"] == 30  # the repeat counted once
+    assert usage.requests == 30 and usage.prompt_tokens == 30  # the repeat counted once
 
 
 def test_usage_counts_in_its_own_day() -> None:
-    async def run() -> dict[str, int]:
+    async def run() -> Usage:
         s = MemoryStore()
         await s.record_usage("t", Used("standard", 1, 1, at=86400.0 * 3), Policy())
         return await s.usage("t", "19700104")
 
-    assert asyncio.run(run())["requests"] == 1
+    assert asyncio.run(run()).requests == 1
 
 
 # -- the usage backlog --------------------------------------------------------------------------
@@ -383,7 +384,7 @@ class _Away(MemoryStore):
 
 
 def test_usage_the_store_could_not_take_is_written_when_it_is_back() -> None:
-    async def run() -> tuple[int, dict[str, int], int]:
+    async def run() -> tuple[int, Usage, int]:
         store = _Away()
         access = Access(store, b"s", True, 30.0)
         eff = Effective(Policy(), tenant_id="ten_b")
@@ -392,13 +393,13 @@ def test_usage_the_store_could_not_take_is_written_when_it_is_back() -> None:
         waiting = len(access.backlog or [])
         store.away = False
         deadline = time.monotonic() + 5
-        while (await store.usage("ten_b")).get("requests", 0) < 3 and time.monotonic() < deadline:
+        while (await store.usage("ten_b")).requests < 3 and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         await access.close()
         return waiting, await store.usage("ten_b"), len(access.backlog or [])
 
     waiting, usage, left = asyncio.run(run())
-    assert waiting == 3 and usage["requests"] == 3 and usage["prompt_tokens"] == 6 and left == 0
+    assert waiting == 3 and usage.requests == 3 and usage.prompt_tokens == 6 and left == 0
 
 
 def test_the_backlog_is_bounded() -> None:
@@ -492,8 +493,9 @@ def test_every_kind_of_redis_keeps_the_same_contract(kind: str, store_urls: dict
     async def run() -> None:
         store = RedisStore(store_urls[kind], f"gwkind:{uuid.uuid4().hex[:6]}:")
         events = store.events()
+        assert isinstance(events, AsyncGenerator)  # closed below (the protocol says iterator)
         try:
-            assert await anext(events) == {"type": "resync"}
+            assert await anext(events) == Resync()
             await store.create_tenant(Tenant(id="ten_k", name="k"))
             await store.add_key(ApiKey(id="key_k", tenant_id="ten_k", digest="dk", prefix="gk"))
             found = await store.key_by_digest("dk")
@@ -507,15 +509,20 @@ def test_every_kind_of_redis_keeps_the_same_contract(kind: str, store_urls: dict
             await store.release("ten_k", "a1")
             for _ in range(2):
                 await store.record_usage("ten_k", Used("standard", 3, 4, settle_id="a1"), p)
-            assert (await store.usage("ten_k"))["requests"] == 1
+            assert (await store.usage("ten_k")).requests == 1
             await store.audit({"action": "x"})
             await store.push_shadow({"f1": 1.0})
             assert len(await store.audit_log()) == len(await store.shadow_records()) == 1
             v = await store.save_rules("a: 1", {"by": "t"})
             await store.set_current_rules(v)
             assert await store.current_rules() == (v, "a: 1")
-            await store.publish({"type": "key", "digest": "dk"})
-            assert await asyncio.wait_for(anext(events), 5) == {"type": "key", "digest": "dk"}
+            said = [
+                TenantChanged("ten_k"),
+                KeyChanged("dk"),
+                TenantChanged("ten_k"),
+                RulesChanged(v),
+            ]
+            assert [await asyncio.wait_for(anext(events), 5) for _ in said] == said
             assert [k.id for k in await store.delete_tenant("ten_k") or []] == ["key_k"]
             assert await store.key_by_digest("dk") is None and await store.list_tenants() == []
             assert not store.health.degraded
@@ -555,7 +562,7 @@ def test_a_full_memory_is_degraded_and_no_usage_is_lost(tmp_path: Path) -> None:
     writes fail as OOM until the breaker opens; the usage of the degraded time is kept and
     written once Redis has room again (OOM used to escape the usage task: usage lost)."""
 
-    async def run(redis: RedisProc) -> tuple[int, str | None, int, dict[str, int]]:
+    async def run(redis: RedisProc) -> tuple[int, str | None, int, Usage]:
         store = RedisStore(redis.url, "gwoom:", timeout=0.3)
         access = Access(store, b"s", True, 30.0)
         eff = Effective(Policy(), tenant_id="ten_oom")
@@ -563,7 +570,7 @@ def test_a_full_memory_is_degraded_and_no_usage_is_lost(tmp_path: Path) -> None:
             redis.cli("config", "set", "maxmemory", "1")
             for i in range(3):
                 await access.done(eff, f"adm_{i}", "standard", {"prompt_tokens": 1}, None)
-            counted = (await store.usage("ten_oom"))["requests"]
+            counted = (await store.usage("ten_oom")).requests
             while not store.health.degraded:  # an admin write each 0.1 s: OOM
                 with pytest.raises(StoreUnavailable):
                     await store.create_tenant(Tenant(id="ten_x", name="x"))
@@ -586,4 +593,4 @@ def test_a_full_memory_is_degraded_and_no_usage_is_lost(tmp_path: Path) -> None:
         procs.append(redis)
         counted, reason, waiting, usage = asyncio.run(run(redis))
     assert counted == 3 and reason == "out of memory" and waiting == 3
-    assert usage["requests"] == 6 and usage["prompt_tokens"] == 6
+    assert usage.requests == 6 and usage.prompt_tokens == 6

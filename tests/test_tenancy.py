@@ -318,9 +318,7 @@ def test_token_budget_gives_insufficient_quota(replicas: list[str], admins: list
     assert body["error"]["type"] == "insufficient_quota"
 
 
-def test_concurrency_limit(
-    replicas: list[str], admins: list[str], engines: dict[str, str]
-) -> None:
+def test_concurrency_limit(replicas: list[str], admins: list[str], engines: dict[str, str]) -> None:
     tid, _, key = new_tenant(admins[0], {"max_concurrent_requests": 1})
     marker = f"hold-{tid}"
     with ThreadPoolExecutor(2) as ex:
@@ -355,7 +353,8 @@ def test_usage_by_tier_and_fallback_reason(replicas: list[str], admins: list[str
     chat(replicas[1], key, "[[highspeed: status=500]]")
 
     def usage() -> dict[str, Any]:
-        return call(admins[0], "GET", f"/admin/tenants/{tid}/usage")[1]
+        body: dict[str, Any] = call(admins[0], "GET", f"/admin/tenants/{tid}/usage")[1]
+        return body
 
     assert until(lambda: usage()["requests"] == 2)
     u = usage()
@@ -396,13 +395,26 @@ def test_bad_rules_upload_is_rejected_whole(replicas: list[str], admins: list[st
         (b'{"labels": ["chat", "code"], "bias": [0.0], "weights": {}, "spec": {}}', True),
         (b'{"labels": ["chat"], "bias": ["x"], "weights": {}, "spec": {}}', True),
         (b'{"labels": ["chat"], "bias": [0.0], "weights": {}, "spec": {"colour": 1}}', True),
-        (b'{"labels": ["chat", "code"], "bias": [0, 1], "weights": {"zzz": ["x", "y"]}, '
-         b'"spec": {}}', True),
+        (
+            b'{"labels": ["chat", "code"], "bias": [0, 1], "weights": {"zzz": ["x", "y"]}, '
+            b'"spec": {}}',
+            True,
+        ),
         (b'{"labels": [["chat"], "code"], "bias": [0, 1], "weights": {}, "spec": {}}', True),
         (b'{"labels": ["chat", "chat"], "bias": [0, 1], "weights": {}, "spec": {}}', True),
     ],
-    ids=["not-json", "not-json-model-off", "a-list", "no-weights", "short-bias", "text-bias",
-         "unknown-spec", "text-weight-row", "list-label", "same-label-twice"],
+    ids=[
+        "not-json",
+        "not-json-model-off",
+        "a-list",
+        "no-weights",
+        "short-bias",
+        "text-bias",
+        "unknown-spec",
+        "text-weight-row",
+        "list-label",
+        "same-label-twice",
+    ],
 )
 def test_rules_naming_a_file_that_is_not_a_model_are_rejected_whole(
     replicas: list[str], admins: list[str], tmp_path: Path, content: bytes, enabled: bool
@@ -429,16 +441,19 @@ def test_a_rules_change_that_drops_what_a_policy_names_fails_no_request(
     without a tier or SLA class a policy names: that part of the policy is ignored and the
     route header says so, on every replica (it was a 500 on every request of the tenant)."""
     with_extra = rules_for_tests()
-    with_extra["tiers"]["extra"] = {**with_extra["tiers"]["standard"],
-                                    "endpoints": [engines["standard"]]}
+    with_extra["tiers"]["extra"] = {
+        **with_extra["tiers"]["standard"],
+        "endpoints": [engines["standard"]],
+    }
     st, body, _ = call(admins[0], "PUT", "/admin/rules", raw=yaml.safe_dump(with_extra).encode())
     assert st == 200, body
     version = body["version"]
-    assert until(lambda: all(
-        call(a, "GET", "/admin/rules")[1]["version"] == version for a in admins))
+    assert until(
+        lambda: all(call(a, "GET", "/admin/rules")[1]["version"] == version for a in admins)
+    )
     rule = {"name": "mine", "when": {"task": ["chat"]}, "tier": "extra"}
     sla_rule = {"name": "own-sla", "when": {"task": ["chat"]}, "tier": "standard", "sla": "batch"}
-    policies = {
+    policies: dict[str, dict[str, Any]] = {
         "forced_tier": {"forced_tier": "extra"},
         "default_sla": {"default_sla": "batch"},
         "rules": {"rules": [rule]},
@@ -457,10 +472,15 @@ def test_a_rules_change_that_drops_what_a_policy_names_fails_no_request(
     assert st == 200, body
     version = body["version"]
     try:
-        assert until(lambda: all(
-            call(a, "GET", "/admin/rules")[1]["version"] == version for a in admins))
-        lacking = {"forced_tier": "forced_tier extra", "default_sla": "default_sla batch",
-                   "rules": "rule mine (tier extra)", "sla_rule": "rule own-sla (sla batch)"}
+        assert until(
+            lambda: all(call(a, "GET", "/admin/rules")[1]["version"] == version for a in admins)
+        )
+        lacking = {
+            "forced_tier": "forced_tier extra",
+            "default_sla": "default_sla batch",
+            "rules": "rule mine (tier extra)",
+            "sla_rule": "rule own-sla (sla batch)",
+        }
         for url in replicas:
             for name, key in keys.items():
                 st, body, h = chat(url, key)
@@ -647,7 +667,8 @@ def test_shadow_sampling_compares_with_standard_off_the_critical_path(
     assert body["choices"][0]["message"]["content"] == "Echo (highspeed): shadow me"
 
     def records() -> list[dict[str, Any]]:
-        return call(admins[0], "GET", "/admin/shadow?limit=50")[1]["data"]
+        data: list[dict[str, Any]] = call(admins[0], "GET", "/admin/shadow?limit=50")[1]["data"]
+        return data
 
     assert until(lambda: any(r["tier"] == "highspeed" for r in records()))
     rec = records()[0]
@@ -667,6 +688,8 @@ def test_the_first_call_after_a_redis_restart_reconnects_instead_of_failing() ->
         ping = ["redis-cli", "-p", str(port), "ping"]
         assert until(lambda: subprocess.run(ping, capture_output=True).stdout.strip() == b"PONG")
         return p
+
+    redis: subprocess.Popen[bytes]  # started below, restarted by go()
 
     async def go() -> int:
         store = RedisStore(f"redis://127.0.0.1:{port}/0", "gwrestart:")

@@ -18,7 +18,8 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, Proc, rules_for_tests, start_gateway
-from tests.test_tenancy import chat, new_tenant, tenancy_env, until
+from tests.test_tenancy import chat, new_tenant, tenancy_env
+from tests.waiting import until
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ import json
 import time
 import urllib.request
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, overload
 
 T = TypeVar("T")
 
@@ -50,7 +50,7 @@ def _failure(what: str, timeout: float, last: object, error: BaseException | Non
 
 
 def wait_until(
-    predicate: Callable[[], T],
+    predicate: Callable[[], T | None],
     what: str,
     *,
     timeout: float = TIMEOUT,
@@ -79,8 +79,28 @@ def wait_until(
         time.sleep(interval)
 
 
+@overload
 async def wait_until_async(
-    predicate: Callable[[], T | Awaitable[T]],
+    predicate: Callable[[], Awaitable[T | None]],
+    what: str,
+    *,
+    timeout: float = ...,
+    interval: float = ...,
+) -> T: ...
+
+
+@overload
+async def wait_until_async(
+    predicate: Callable[[], T | None],
+    what: str,
+    *,
+    timeout: float = ...,
+    interval: float = ...,
+) -> T: ...
+
+
+async def wait_until_async(
+    predicate: Callable[[], T | Awaitable[T | None] | None],
     what: str,
     *,
     timeout: float = TIMEOUT,
@@ -94,7 +114,7 @@ async def wait_until_async(
         if inspect.isawaitable(value):
             value = await value
         if value:
-            return value  # type: ignore[return-value]
+            return value
         last = value
         if time.monotonic() >= deadline:
             raise WaitTimeout(_failure(what, timeout, last, None))

@@ -15,7 +15,7 @@ import json
 import time
 from pathlib import Path
 
-from evals.bench.micro import prose
+from evals.bench.texts import prose
 from gateway.request.model import ClientRequest, parse_chat
 from gateway.routing.classify import Classifier
 from gateway.routing.router import Router

@@ -46,8 +46,9 @@ def chat_body(stream: bool, model: str = "auto", max_tokens: int | None = None) 
     return json.dumps(body, separators=(",", ":")).encode()
 
 
-async def tenant_key(http: aiohttp.ClientSession, admin: str, token: str,
-                     policy: dict[str, Any] | None = None) -> str:
+async def tenant_key(
+    http: aiohttp.ClientSession, admin: str, token: str, policy: dict[str, Any] | None = None
+) -> str:
     """A new tenant's API key, made through the admin API at ``admin`` with ``token``."""
     auth = {"Authorization": f"Bearer {token}"}
     tenant_in: dict[str, Any] = {"name": "bench"}
@@ -55,8 +56,9 @@ async def tenant_key(http: aiohttp.ClientSession, admin: str, token: str,
         tenant_in["policy"] = policy
     async with http.post(f"{admin}/admin/tenants", json=tenant_in, headers=auth) as r:
         tenant = (await r.json())["id"]
-    async with http.post(f"{admin}/admin/tenants/{tenant}/keys", json={"name": "k"},
-                         headers=auth) as r:
+    async with http.post(
+        f"{admin}/admin/tenants/{tenant}/keys", json={"name": "k"}, headers=auth
+    ) as r:
         return str((await r.json())["key"])
 
 

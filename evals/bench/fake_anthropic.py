@@ -134,7 +134,7 @@ class FakeAnthropic:
         async def event(kind: str, data: dict[str, Any]) -> None:
             await resp.write(f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode())
 
-        start = {
+        start: dict[str, Any] = {
             "id": "msg_fake",
             "type": "message",
             "role": "assistant",

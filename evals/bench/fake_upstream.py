@@ -31,32 +31,61 @@ from evals.bench.common import ANSWER, ANSWER_TOKENS, CHAT_PATH, loop_name, requ
 
 MODEL = "fake-model"
 WORDS = [w + " " for w in ANSWER.split(" ")[:-1]] + ANSWER.split(" ")[-1:]  # ANSWER_TOKENS
-_BASE = {"id": "chatcmpl-fake0001", "created": 1700000000, "model": MODEL,
-         "system_fingerprint": "fp_fake"}
+_BASE = {
+    "id": "chatcmpl-fake0001",
+    "created": 1700000000,
+    "model": MODEL,
+    "system_fingerprint": "fp_fake",
+}
 
 
 def _json(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
 
 
-COMPLETION_BODY = _json({
-    **_BASE,
-    "object": "chat.completion",
-    "choices": [{"index": 0, "message": {"role": "assistant", "content": ANSWER},
-                 "logprobs": None, "finish_reason": "stop"}],
-    "usage": {"prompt_tokens": 12, "completion_tokens": ANSWER_TOKENS,
-              "total_tokens": 12 + ANSWER_TOKENS},
-})
-MODELS_BODY = _json({"object": "list", "data": [
-    {"id": MODEL, "object": "model", "created": 1700000000, "owned_by": "bench"}]})
-STREAM_HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\n"
-               b"Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n")
+COMPLETION_BODY = _json(
+    {
+        **_BASE,
+        "object": "chat.completion",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": ANSWER},
+                "logprobs": None,
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": 12,
+            "completion_tokens": ANSWER_TOKENS,
+            "total_tokens": 12 + ANSWER_TOKENS,
+        },
+    }
+)
+MODELS_BODY = _json(
+    {
+        "object": "list",
+        "data": [{"id": MODEL, "object": "model", "created": 1700000000, "owned_by": "bench"}],
+    }
+)
+STREAM_HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\n"
+    b"Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n"
+)
 
 
 def http_response(status: bytes, ctype: bytes, body: bytes, keep_alive: bool = True) -> bytes:
-    return (b"HTTP/1.1 " + status + b"\r\nContent-Type: " + ctype +
-            b"\r\nContent-Length: " + str(len(body)).encode() +
-            (b"" if keep_alive else b"\r\nConnection: close") + b"\r\n\r\n" + body)
+    return (
+        b"HTTP/1.1 "
+        + status
+        + b"\r\nContent-Type: "
+        + ctype
+        + b"\r\nContent-Length: "
+        + str(len(body)).encode()
+        + (b"" if keep_alive else b"\r\nConnection: close")
+        + b"\r\n\r\n"
+        + body
+    )
 
 
 def _sse_chunk(payload: bytes) -> bytes:
@@ -69,8 +98,9 @@ def stream_events(n_chunks: int, include_usage: bool) -> list[bytes]:
     """The chunked-encoded events of one stream, the terminating zero chunk last."""
 
     def chunk(choices: list[dict[str, Any]], **extra: Any) -> bytes:
-        return _sse_chunk(_json({**_BASE, "object": "chat.completion.chunk",
-                                 "choices": choices, **extra}))
+        return _sse_chunk(
+            _json({**_BASE, "object": "chat.completion.chunk", "choices": choices, **extra})
+        )
 
     def choice(delta: dict[str, str], finish: str | None = None) -> list[dict[str, Any]]:
         return [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
@@ -80,8 +110,16 @@ def stream_events(n_chunks: int, include_usage: bool) -> list[bytes]:
     ev += [chunk(choice({"content": w})) for w in words]
     ev.append(chunk(choice({}, "stop")))
     if include_usage:
-        ev.append(chunk([], usage={"prompt_tokens": 12, "completion_tokens": n_chunks,
-                                   "total_tokens": 12 + n_chunks}))
+        ev.append(
+            chunk(
+                [],
+                usage={
+                    "prompt_tokens": 12,
+                    "completion_tokens": n_chunks,
+                    "total_tokens": 12 + n_chunks,
+                },
+            )
+        )
     ev += [_sse_chunk(b"[DONE]"), b"0\r\n\r\n"]
     return ev
 
@@ -132,8 +170,7 @@ class UpstreamProtocol(asyncio.Protocol):
             try:
                 method, target, _ = lines[0].split(" ", 2)
             except ValueError:
-                self._write(http_response(b"400 Bad Request", b"text/plain", b"bad request",
-                                          False))
+                self._write(http_response(b"400 Bad Request", b"text/plain", b"bad request", False))
                 self._close()
                 return
             hdrs = {}
@@ -149,7 +186,7 @@ class UpstreamProtocol(asyncio.Protocol):
                 n = int(hdrs.get("content-length", "0") or 0)
                 if len(self.buf) - pos < n:
                     return
-                body, pos = self.buf[pos:pos + n], pos + n
+                body, pos = self.buf[pos : pos + n], pos + n
             self.buf = self.buf[pos:]
             keep = hdrs.get("connection", "").lower() != "close"
             if not self._handle(method, target.split("?", 1)[0], body, keep):
@@ -175,7 +212,7 @@ class UpstreamProtocol(asyncio.Protocol):
                 return (None, pos) if te < 0 else (b"".join(out), te + 2)
             if len(b) < le + 2 + size + 2:
                 return None, pos
-            out.append(b[le + 2:le + 2 + size])
+            out.append(b[le + 2 : le + 2 + size])
             pos = le + 2 + size + 2
 
     def _handle(self, method: str, path: str, body: bytes, keep: bool) -> bool:
@@ -187,8 +224,11 @@ class UpstreamProtocol(asyncio.Protocol):
                 try:
                     req = json.loads(body)
                 except ValueError:
-                    self._write(http_response(b"400 Bad Request", b"application/json",
-                                              b'{"error":"bad json"}', keep))
+                    self._write(
+                        http_response(
+                            b"400 Bad Request", b"application/json", b'{"error":"bad json"}', keep
+                        )
+                    )
                     return True
                 stream = bool(req.get("stream"))
                 include_usage = bool((req.get("stream_options") or {}).get("include_usage"))
@@ -208,8 +248,9 @@ class UpstreamProtocol(asyncio.Protocol):
         elif method == "GET" and path == "/health":
             self._write(http_response(b"200 OK", b"text/plain", b"ok", keep))
         else:
-            self._write(http_response(b"404 Not Found", b"application/json",
-                                      b'{"error":"not found"}', keep))
+            self._write(
+                http_response(b"404 Not Found", b"application/json", b'{"error":"not found"}', keep)
+            )
         return True
 
     async def _slow_stream(self, ev: list[bytes], keep: bool) -> None:
@@ -232,10 +273,14 @@ class UpstreamProtocol(asyncio.Protocol):
 
 async def serve(host: str, port: int, cfg: Config, max_seconds: float) -> None:
     loop = asyncio.get_running_loop()
-    srv = await loop.create_server(lambda: UpstreamProtocol(cfg), host, port, backlog=4096,
-                                   reuse_address=True)
-    print(f"fake upstream http://{host}:{port} chunks={cfg.chunks} "
-          f"delay_ms={cfg.delay_s * 1000:g} loop={loop_name()}", flush=True)
+    srv = await loop.create_server(
+        lambda: UpstreamProtocol(cfg), host, port, backlog=4096, reuse_address=True
+    )
+    print(
+        f"fake upstream http://{host}:{port} chunks={cfg.chunks} "
+        f"delay_ms={cfg.delay_s * 1000:g} loop={loop_name()}",
+        flush=True,
+    )
     async with srv:
         await asyncio.sleep(max_seconds)  # safety bound: never outlive a forgotten run
 

@@ -68,8 +68,9 @@ def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
     return status, hdrs
 
 
-async def _read_chunked(reader: asyncio.StreamReader, t0: float, timeout: float
-                        ) -> tuple[float, int, bool]:
+async def _read_chunked(
+    reader: asyncio.StreamReader, t0: float, timeout: float
+) -> tuple[float, int, bool]:
     """Bulk chunked decoder: (ttfb, SSE data events, saw [DONE]) of one streamed body."""
     ttfb: float | None = None
     events = 0
@@ -95,22 +96,26 @@ async def _read_chunked(reader: asyncio.StreamReader, t0: float, timeout: float
                 return (ttfb if ttfb is not None else time.perf_counter() - t0), events, done
             if len(buf) < le + 2 + size + 2:
                 break
-            seg = tail + buf[le + 2:le + 2 + size]  # tail: an event marker split by chunking
+            seg = tail + buf[le + 2 : le + 2 + size]  # tail: an event marker split by chunking
             events += seg.count(b"data:") - tail.count(b"data:")
             done = done or b"[DONE]" in seg
             tail = seg[-8:]
             pos = le + 2 + size + 2
 
 
-async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, req: bytes,
-                    t0: float, timeout: float) -> Response:
+async def _exchange(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    req: bytes,
+    t0: float,
+    timeout: float,
+) -> Response:
     writer.write(req)
     status, hdrs = _parse_head(await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout))
     if "chunked" in hdrs.get("transfer-encoding", "").lower():
         ttfb, events, done = await _read_chunked(reader, t0, timeout)
         return Response(status, hdrs, ttfb, events, done)
-    body = await asyncio.wait_for(reader.readexactly(int(hdrs.get("content-length", "0"))),
-                                  timeout)
+    body = await asyncio.wait_for(reader.readexactly(int(hdrs.get("content-length", "0"))), timeout)
     return Response(status, hdrs, time.perf_counter() - t0, 0, body[:1] == b"{")
 
 
@@ -131,8 +136,17 @@ def _problem(r: Response, expect: Expect) -> str | None:
     return None
 
 
-async def _connection(host: str, port: int, req: bytes, record_after: float, deadline: float,
-                      budget: list[int], expect: Expect, st: Stats, timeout: float) -> None:
+async def _connection(
+    host: str,
+    port: int,
+    req: bytes,
+    record_after: float,
+    deadline: float,
+    budget: list[int],
+    expect: Expect,
+    st: Stats,
+    timeout: float,
+) -> None:
     reader: asyncio.StreamReader | None = None
     writer: asyncio.StreamWriter | None = None
     while time.perf_counter() < deadline and budget[0] > 0:
@@ -147,8 +161,13 @@ async def _connection(host: str, port: int, req: bytes, record_after: float, dea
         t0 = time.perf_counter()
         try:
             r = await _exchange(reader, writer, req, t0, timeout)
-        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, ValueError,
-                IndexError) as e:
+        except (
+            TimeoutError,
+            asyncio.IncompleteReadError,
+            ConnectionError,
+            ValueError,
+            IndexError,
+        ) as e:
             st.err(type(e).__name__)
             writer.close()
             reader = writer = None
@@ -184,35 +203,58 @@ def _ms_percentiles(values: list[float], scale: float = 1000.0) -> dict[str, flo
     return out
 
 
-async def load(url: str, *, connections: int, duration: float, warmup: float, stream: bool,
-               expect: Expect, max_requests: int = 2_000_000, timeout: float = 30.0,
-               body: bytes | None = None) -> dict[str, object]:
+async def load(
+    url: str,
+    *,
+    connections: int,
+    duration: float,
+    warmup: float,
+    stream: bool,
+    expect: Expect,
+    max_requests: int = 2_000_000,
+    timeout: float = 30.0,
+    body: bytes | None = None,
+) -> dict[str, object]:
     """Run one closed-loop measurement and return its summary (what ``main`` prints)."""
     u = urlsplit(url)
     host, port = u.hostname or "", u.port or 80
     require_loopback(host)
     body = chat_body(stream) if body is None else body
-    req = (f"POST {u.path or '/'} HTTP/1.1\r\nHost: {host}:{port}\r\n"
-           f"Content-Type: application/json\r\nAuthorization: Bearer sk-bench\r\n"
-           f"Accept: {'text/event-stream' if stream else 'application/json'}\r\n"
-           f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+    req = (
+        f"POST {u.path or '/'} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+        f"Content-Type: application/json\r\nAuthorization: Bearer sk-bench\r\n"
+        f"Accept: {'text/event-stream' if stream else 'application/json'}\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
     st = Stats()
     record_after = time.perf_counter() + warmup
     deadline = record_after + duration
     budget = [max_requests]
-    await asyncio.gather(*(_connection(host, port, req, record_after, deadline, budget, expect,
-                                       st, timeout) for _ in range(connections)))
+    await asyncio.gather(
+        *(
+            _connection(host, port, req, record_after, deadline, budget, expect, st, timeout)
+            for _ in range(connections)
+        )
+    )
     elapsed = time.perf_counter() - record_after
     ok = len(st.total)
     return {
-        "url": url, "stream": stream, "connections": connections,
-        "duration_s": round(elapsed, 3), "ok": ok, "errors": st.errors,
+        "url": url,
+        "stream": stream,
+        "connections": connections,
+        "duration_s": round(elapsed, 3),
+        "ok": ok,
+        "errors": st.errors,
         "rps": round(ok / elapsed, 1) if elapsed > 0 else None,
-        "ttfb_ms": _ms_percentiles(st.ttfb), "total_ms": _ms_percentiles(st.total),
+        "ttfb_ms": _ms_percentiles(st.ttfb),
+        "total_ms": _ms_percentiles(st.total),
         "events": sorted(st.events_seen),
         "capped": budget[0] <= 0,
-        "collected": ({"header": expect.collect, **_ms_percentiles(st.collected, 1.0)}
-                      if st.collected else None),
+        "collected": (
+            {"header": expect.collect, **_ms_percentiles(st.collected, 1.0)}
+            if st.collected
+            else None
+        ),
     }
 
 
@@ -229,8 +271,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("-c", "--connections", type=int, default=1)
     ap.add_argument("-d", "--duration", type=float, default=3.0, help="measured seconds")
     ap.add_argument("-w", "--warmup", type=float, default=0.5, help="unrecorded seconds first")
-    ap.add_argument("-n", "--max-requests", type=int, default=2_000_000,
-                    help="hard cap, warm-up included")
+    ap.add_argument(
+        "-n", "--max-requests", type=int, default=2_000_000, help="hard cap, warm-up included"
+    )
     ap.add_argument("--stream", action="store_true")
     ap.add_argument("--timeout", type=float, default=30.0, help="per read, seconds")
     ap.add_argument("--expect-events", type=int, default=None)
@@ -238,11 +281,24 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--forbid-header", action="append", default=[])
     ap.add_argument("--collect-header", default=None)
     a = ap.parse_args(argv)
-    expect = Expect(dict(a.expect_header), tuple(h.lower() for h in a.forbid_header),
-                    a.expect_events, a.collect_header and a.collect_header.lower())
-    out = run(load(a.url, connections=a.connections, duration=a.duration, warmup=a.warmup,
-                   stream=a.stream, expect=expect, max_requests=a.max_requests,
-                   timeout=a.timeout))
+    expect = Expect(
+        dict(a.expect_header),
+        tuple(h.lower() for h in a.forbid_header),
+        a.expect_events,
+        a.collect_header and a.collect_header.lower(),
+    )
+    out = run(
+        load(
+            a.url,
+            connections=a.connections,
+            duration=a.duration,
+            warmup=a.warmup,
+            stream=a.stream,
+            expect=expect,
+            max_requests=a.max_requests,
+            timeout=a.timeout,
+        )
+    )
     print(json.dumps(out), flush=True)
 
 

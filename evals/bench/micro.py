@@ -28,7 +28,6 @@ import argparse
 import asyncio
 import json
 import os
-import random
 import statistics
 import sys
 import time
@@ -37,14 +36,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from evals.bench.common import chat_body
+from evals.bench.texts import (
+    SUMMARY_PROMPT_CHARS,
+    markdown_answer,
+    prose,
+    request_body,
+    request_shapes,
+)
 from gateway.checks.base import Output, RequestFacts, run_checks
+from gateway.checks.loopguard import LoopGuard
 from gateway.checks.registry import build_checks
-from gateway.dispatch.loopguard import LoopGuard
 from gateway.request.model import ClientRequest, parse_chat
 from gateway.routing.classify import Classifier
 from gateway.routing.router import RouteDecision, Router
@@ -54,86 +58,25 @@ from gateway.settings import REPO_RULES, load_settings
 from gateway.upstream.framing import SSEFramer
 from gateway.upstream.sse import StreamState
 
-ROOT = Path(__file__).resolve().parents[2]
 CLASSIFY_ROUTE_TARGET_US = 50.0
 MODEL_P99_TARGET_US, MODEL_P99_20KB_TARGET_US = 100.0, 500.0
 LOOP_GUARD_TARGET_US = 5.0  # of the ~20 us a relayed chunk may cost
 CHECKS_TARGET_US = 200.0
 ANSWER_CHARS = 4_500  # ~1,000 tokens of English prose
-SUMMARY_PROMPT_CHARS = 20_000
 
-# Plain prose words: none is a code keyword, reasoning cue or template token of the rules.
-_WORD_LIST = (
-    "river valley village farmers harvest season water mountain morning evening market "
-    "people travel long quiet green old new bridge stone road town council decided build "
-    "small large school children learned about history region many families moved north "
-    "south after storm winter summer spring autumn trade grew slowly over years local museum "
-    "records show early settlers planted wheat barley orchards apples pears mill wheel turned "
-    "near forest path walked visitors often describe light clear air bright fields of grain "
-    "between hills where sheep graze under wide skies and rain falls softly on roofs while "
-    "bakers open their shops before dawn to sell warm bread with honey from nearby farms"
-)
-_WORDS = tuple(_WORD_LIST.split())
+
 _HEADERS = {
-    "Host": "127.0.0.1:8080", "User-Agent": "OpenAI/Python 1.54.0", "Accept": "application/json",
-    "Content-Type": "application/json", "Authorization": "Bearer sk-bench",
-    "Content-Length": "512", "X-Stainless-Lang": "python", "X-Stainless-Runtime": "CPython",
-    "X-Stainless-Retry-Count": "0", "Connection": "keep-alive",
+    "Host": "127.0.0.1:8080",
+    "User-Agent": "OpenAI/Python 1.54.0",
+    "Accept": "application/json",
+    "Content-Type": "application/json",
+    "Authorization": "Bearer sk-bench",
+    "Content-Length": "512",
+    "X-Stainless-Lang": "python",
+    "X-Stainless-Runtime": "CPython",
+    "X-Stainless-Retry-Count": "0",
+    "Connection": "keep-alive",
 }
-
-
-def prose(n_chars: int, seed: int) -> str:
-    """Deterministic, non-repeating English-like paragraphs of at least ``n_chars``."""
-    rng = random.Random(seed)
-    paragraphs: list[str] = []
-    size = 0
-    while size < n_chars:
-        sentences = []
-        for _ in range(rng.randint(4, 7)):
-            words = rng.choices(_WORDS, k=rng.randint(8, 18))
-            sentences.append(" ".join(words).capitalize() + ".")
-        paragraphs.append(" ".join(sentences))
-        size += len(paragraphs[-1]) + 2
-    return "\n\n".join(paragraphs)[:n_chars].rsplit(".", 1)[0] + "."
-
-
-def markdown_answer(n_chars: int) -> str:
-    """Prose with a list and an HTML code block: '<' and '[' make template_leak look twice."""
-    body = prose(n_chars - 400, seed=3)
-    code = ('```html\n<div class="card">\n  <a href="/docs">[docs]</a>\n</div>\n```\n\n'
-            "- first point about the river\n- second point about the [market](/m)\n\n")
-    half = len(body) // 2
-    return body[:half] + "\n\n" + code + body[half:]
-
-
-def _body(messages: list[dict[str, str]], **extra: Any) -> bytes:
-    return json.dumps({"model": "auto", "messages": messages, **extra}).encode()
-
-
-def request_shapes() -> list[tuple[str, bytes, str]]:
-    """(name, request body, task the classifier must find)."""
-    system = {"role": "system", "content": "You are a helpful assistant."}
-    weather_tool = {"type": "function", "function": {
-        "name": "get_weather", "description": "Current weather for a city",
-        "parameters": {"type": "object", "required": ["city"], "properties": {
-            "city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}}}}}
-    person = {"type": "json_schema", "json_schema": {"name": "person", "schema": {
-        "type": "object", "required": ["name", "age"],
-        "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}}}}
-    code = ("Why does this raise a TypeError?\n```python\ndef add(a, b):\n    return a + b\n\n"
-            "print(add(1))\n```")
-    summary = prose(SUMMARY_PROMPT_CHARS, seed=2) + (
-        "\n\nSummarize the text above in five key points.")
-    return [
-        ("short chat", chat_body(False), "chat"),
-        ("tools", _body([system, {"role": "user", "content": "What's the weather in Oslo?"}],
-                        tools=[weather_tool]), "agent"),
-        ("JSON mode (schema)", _body([{"role": "user", "content": "Extract: Ada, 36 years."}],
-                                     response_format=person), "extraction"),
-        ("code", _body([system, {"role": "user", "content": code}]), "code"),
-        ("20 KB summarization", _body([system, {"role": "user", "content": summary}]),
-         "summarization"),
-    ]
 
 
 @dataclass(frozen=True)
@@ -151,8 +94,9 @@ class Timing:
         return (self.median_us if self.p99_us is None else self.p99_us) < self.target_us
 
 
-def time_us(name: str, fn: Callable[[], object], repeat: int, target_us: float | None = None,
-            per: int = 1) -> Timing:
+def time_us(
+    name: str, fn: Callable[[], object], repeat: int, target_us: float | None = None, per: int = 1
+) -> Timing:
     """µs per operation; ``per``: operations in one call of ``fn``."""
     timer = timeit.Timer(fn)
     number, _ = timer.autorange()  # loops that take >= 0.2 s
@@ -183,9 +127,18 @@ def model_timings(classifier: Classifier, headers: Mapping[str, str], calls: int
         "partnerships, anna.berg@acme.io. Our old address info@acme-old.com is not monitored.",
         "Can you recommend a good sci-fi series to watch? I liked The Expanse and Dark.",
     ]
-    reqs = [parse_chat(_body([{"role": "user", "content": t}])) for t in typical]
-    big = parse_chat(_body([{"role": "user", "content": prose(SUMMARY_PROMPT_CHARS, seed=7)
-                                                      + "\n\nWhat do you make of this?"}]))
+    reqs = [parse_chat(request_body([{"role": "user", "content": t}])) for t in typical]
+    big = parse_chat(
+        request_body(
+            [
+                {
+                    "role": "user",
+                    "content": prose(SUMMARY_PROMPT_CHARS, seed=7)
+                    + "\n\nWhat do you make of this?",
+                }
+            ]
+        )
+    )
     for r in (*reqs, big):
         if not classifier.classify(r, headers).task_source.startswith(("model", "uncertain")):
             raise SystemExit("a model-timing prompt was decided before the model: re-pick it")
@@ -195,16 +148,24 @@ def model_timings(classifier: Classifier, headers: Mapping[str, str], calls: int
         return classifier.classify(reqs[next(it) % len(reqs)], headers)
 
     return [
-        per_call_us("classify, model decides: typical prompt (48-170 chars), P99 per call",
-                    one_typical, calls, MODEL_P99_TARGET_US),
-        per_call_us(f"classify, model decides: {len(big.cue_text):,}-char prompt, P99 per call",
-                    partial(classifier.classify, big, headers), max(calls // 4, 500),
-                    MODEL_P99_20KB_TARGET_US),
+        per_call_us(
+            "classify, model decides: typical prompt (48-170 chars), P99 per call",
+            one_typical,
+            calls,
+            MODEL_P99_TARGET_US,
+        ),
+        per_call_us(
+            f"classify, model decides: {len(big.cue_text):,}-char prompt, P99 per call",
+            partial(classifier.classify, big, headers),
+            max(calls // 4, 500),
+            MODEL_P99_20KB_TARGET_US,
+        ),
     ]
 
 
-def _classify_route(classifier: Classifier, router: Router, req: ClientRequest,
-                    headers: Mapping[str, str]) -> RouteDecision:
+def _classify_route(
+    classifier: Classifier, router: Router, req: ClientRequest, headers: Mapping[str, str]
+) -> RouteDecision:
     return router.decide(classifier.classify(req, headers), {})
 
 
@@ -217,41 +178,71 @@ def run(rules_path: Path, repeat: int) -> list[Timing]:
         req = parse_chat(raw)
         decision = router.decide(classifier.classify(req, headers), {})
         if decision.cls.task != task:
-            raise SystemExit(f"{name}: classified as {decision.cls.task}, expected {task}: "
-                             "the shape no longer measures what it should")
+            raise SystemExit(
+                f"{name}: classified as {decision.cls.task}, expected {task}: "
+                "the shape no longer measures what it should"
+            )
         label = f"{name} [{task} -> {decision.rule}, {len(raw):,} B]"
-        out.append(time_us(f"classify+route: {label}",
-                           partial(_classify_route, classifier, router, req, headers),
-                           repeat, CLASSIFY_ROUTE_TARGET_US))
+        out.append(
+            time_us(
+                f"classify+route: {label}",
+                partial(_classify_route, classifier, router, req, headers),
+                repeat,
+                CLASSIFY_ROUTE_TARGET_US,
+            )
+        )
         out.append(time_us(f"parse (info): {label}", partial(parse_chat, raw), repeat))
     out += model_timings(classifier, headers, 2000 * repeat)
 
     registry = build_checks(rules.checks)
     checks = [registry[n] for n in rules.default.checks]
     facts = RequestFacts(max_tokens_set=False, json_mode=False, json_schema=None, tools={})
-    answers = [("prose", prose(ANSWER_CHARS, seed=1), True),
-               ("markdown+html (info)", markdown_answer(ANSWER_CHARS), True),
-               ("looping (info)", ("I will repeat this sentence again. " * 130)[:ANSWER_CHARS],
-                False)]
+    answers = [
+        ("prose", prose(ANSWER_CHARS, seed=1), True),
+        ("markdown+html (info)", markdown_answer(ANSWER_CHARS), True),
+        ("looping (info)", ("I will repeat this sentence again. " * 130)[:ANSWER_CHARS], False),
+    ]
     names = "+".join(rules.default.checks)
     for label, text, should_pass in answers:
         answer = Output(text=text, finish_reason="stop", tool_calls=[])
         if (run_checks(checks, answer, facts) is None) != should_pass:
-            raise SystemExit(f"checks on the {label} answer did not "
-                             f"{'pass' if should_pass else 'fail'} as they should")
+            raise SystemExit(
+                f"checks on the {label} answer did not "
+                f"{'pass' if should_pass else 'fail'} as they should"
+            )
         target = CHECKS_TARGET_US if label == "prose" else None
-        out.append(time_us(f"checks {names}: {label} answer, {len(text):,} chars",
-                           partial(run_checks, checks, answer, facts), repeat, target))
+        out.append(
+            time_us(
+                f"checks {names}: {label} answer, {len(text):,} chars",
+                partial(run_checks, checks, answer, facts),
+                repeat,
+                target,
+            )
+        )
         if label == "prose":
-            out += [time_us(f"  one check (info): {c.name}", partial(c.run, answer, facts),
-                            repeat) for c in checks]
-    out.append(time_us("live loop guard, per 1-word chunk of a prose stream (2,000 chunks)",
-                       partial(_loop_guard, prose(ANSWER_CHARS * 3, seed=2).split(" ")[:2000]),
-                       repeat, LOOP_GUARD_TARGET_US, per=2000))
+            out += [
+                time_us(f"  one check (info): {c.name}", partial(c.run, answer, facts), repeat)
+                for c in checks
+            ]
+    out.append(
+        time_us(
+            "live loop guard, per 1-word chunk of a prose stream (2,000 chunks)",
+            partial(_loop_guard, prose(ANSWER_CHARS * 3, seed=2).split(" ")[:2000]),
+            repeat,
+            LOOP_GUARD_TARGET_US,
+            per=2000,
+        )
+    )
     events = _bench_stream(50)
     n = events.count(b"\n\n")
-    out.append(time_us(f"SSE: one read of {n} events, framed, decoded, kept (per event)",
-                       partial(_read_block, events), repeat, per=n))
+    out.append(
+        time_us(
+            f"SSE: one read of {n} events, framed, decoded, kept (per event)",
+            partial(_read_block, events),
+            repeat,
+            per=n,
+        )
+    )
     out.append(asyncio.run(_swap_timing(rules_path, repeat)))
     return out
 
@@ -262,8 +253,11 @@ async def _swap_timing(rules_path: Path, repeat: int) -> Timing:
     rules = load_rules(rules_path)
     gw = Gateway.build(load_settings({}), rules)
     try:
-        return time_us("rules swap on the event loop (info): Gateway.use_rules, these rules",
-                       partial(gw.use_rules, rules), repeat)
+        return time_us(
+            "rules swap on the event loop (info): Gateway.use_rules, these rules",
+            partial(gw.use_rules, rules),
+            repeat,
+        )
     finally:
         await gw.close()
 
@@ -303,14 +297,16 @@ def render(timings: list[Timing]) -> str:
         target = "" if t.target_us is None else f"< {t.target_us:g} us"
         verdict = {True: "MET", False: "MISSED", None: ""}[t.ok]
         p99 = "" if t.p99_us is None else f"{t.p99_us:.2f}"
-        lines.append(f"| {t.name} | {t.median_us:.2f} ({t.min_us:.2f}) | {p99} | {target} | "
-                     f"{verdict} |")
+        lines.append(
+            f"| {t.name} | {t.median_us:.2f} ({t.min_us:.2f}) | {p99} | {target} | {verdict} |"
+        )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m evals.bench.micro",
-                                 description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m evals.bench.micro", description=__doc__.split("\n")[0]
+    )
     ap.add_argument("--rules", type=Path, default=REPO_RULES)
     ap.add_argument("--repeat", type=int, default=7, help="timeit repeats per figure")
     ap.add_argument("--cpu", type=int, default=None, help="pin this process to one CPU")
@@ -323,8 +319,10 @@ def main(argv: list[str] | None = None) -> int:
     if a.json:
         print(json.dumps([{**t.__dict__, "ok": t.ok} for t in timings], indent=1))
     else:
-        print(f"python {sys.version.split()[0]}; rules {a.rules}; median (min) of {a.repeat} "
-              "timeit repeats\n")
+        print(
+            f"python {sys.version.split()[0]}; rules {a.rules}; median (min) of {a.repeat} "
+            "timeit repeats\n"
+        )
         print(render(timings))
     return 1 if a.strict and any(t.ok is False for t in timings) else 0
 

@@ -33,7 +33,10 @@ def router_python(venv: Path = VENV, requirement: str = SGLANG_ROUTER) -> Path:
 
 
 def router_argv(
-    python: Path, port: int, workers: list[str], policy: str = "round_robin",
+    python: Path,
+    port: int,
+    workers: list[str],
+    policy: str = "round_robin",
     metrics_port: int | None = None,
 ) -> list[str]:
     """The router over ``workers``. The benchmark gives it one worker, the fake upstream,
@@ -41,7 +44,22 @@ def router_argv(
     breaker stay on as shipped; logs at warn (an info line a request would be its cost).
     Its Prometheus listener is its own port (``metrics_port``; default: ``port + 1``), so
     several routers can run side by side."""
-    return [str(python), "-m", "sglang_router.launch_router", "--host", "127.0.0.1",
-            "--port", str(port), "--worker-urls", *workers, "--policy", policy,
-            "--log-level", "warn", "--prometheus-host", "127.0.0.1",
-            "--prometheus-port", str(metrics_port or port + 1)]
+    return [
+        str(python),
+        "-m",
+        "sglang_router.launch_router",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--worker-urls",
+        *workers,
+        "--policy",
+        policy,
+        "--log-level",
+        "warn",
+        "--prometheus-host",
+        "127.0.0.1",
+        "--prometheus-port",
+        str(metrics_port or port + 1),
+    ]

@@ -4,6 +4,7 @@ process group, bounded in time, and stopped by their own ids.
 Every child gets ``PR_SET_PDEATHSIG``: if the harness dies (even by SIGKILL), the kernel
 sends it SIGTERM, so no server outlives a run. On top, :class:`Service` stops its process
 group (SIGTERM, then SIGKILL) and :func:`run_json` kills a load generator that overruns.
+:func:`wait_ready` polls a started server until it answers (or says why it did not).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +27,8 @@ ROOT = Path(__file__).resolve().parents[2]  # the repository: `python -m evals..
 _PR_SET_PDEATHSIG = 1
 _NICE = ("nice", "-n", "-10")
 LOG_KEEP_BYTES = 256 * 1024  # of a server's log kept from its start, and as much from its end
+READY_TIMEOUT_S = 30.0
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # ignore *_proxy env
 
 
 def log(*parts: object) -> None:
@@ -44,8 +49,14 @@ def command(argv: Sequence[str], cpus: str | None, nice: bool) -> list[str]:
 
 
 def _spawn(argv: list[str], env: Mapping[str, str] | None, **kw: Any) -> subprocess.Popen[Any]:
-    return subprocess.Popen(argv, env=dict(env) if env is not None else None, cwd=ROOT,
-                            start_new_session=True, preexec_fn=_die_with_parent, **kw)
+    return subprocess.Popen(
+        argv,
+        env=dict(env) if env is not None else None,
+        cwd=ROOT,
+        start_new_session=True,
+        preexec_fn=_die_with_parent,
+        **kw,
+    )
 
 
 def _exited(p: subprocess.Popen[Any]) -> bool:
@@ -75,8 +86,16 @@ def _kill_group(p: subprocess.Popen[Any], grace_s: float) -> None:
 class Service:
     """A long-running server process with its output in ``logdir/<name>.log``."""
 
-    def __init__(self, name: str, argv: Sequence[str], *, cpus: str | None, nice: bool,
-                 logdir: Path, env: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        cpus: str | None,
+        nice: bool,
+        logdir: Path,
+        env: Mapping[str, str] | None = None,
+    ):
         self.name = name
         self.logfile = logdir / f"{name}.log"
         full = command(argv, cpus, nice)
@@ -120,14 +139,16 @@ class Service:
         self.logfile.write_bytes(head + cut.encode() + tail)
 
 
-def run_json(argv: Sequence[str], *, cpus: str | None, nice: bool, timeout: float
-             ) -> dict[str, Any]:
+def run_json(
+    argv: Sequence[str], *, cpus: str | None, nice: bool, timeout: float
+) -> dict[str, Any]:
     """Run a tool that prints one JSON object as its last stdout line; return that object.
 
     The tool runs in its own process group and is killed on timeout, error or Ctrl-C.
     """
-    p = _spawn(command(argv, cpus, nice), None, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-               text=True)
+    p = _spawn(
+        command(argv, cpus, nice), None, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         out, err = p.communicate(timeout=timeout)
     except BaseException:  # timeout, Ctrl-C: the tool is unreaped, so its group is ours
@@ -140,3 +161,33 @@ def run_json(argv: Sequence[str], *, cpus: str | None, nice: bool, timeout: floa
         raise RuntimeError(f"{argv[:3]} printed nothing: {err[-2000:]}")
     result: dict[str, Any] = json.loads(lines[-1])
     return result
+
+
+def http(
+    method: str, url: str, body: bytes | None = None, timeout: float = 5.0
+) -> tuple[int, dict[str, str], bytes]:
+    """(status, lower-cased headers, body) of one request, ignoring any *_proxy setting."""
+    headers = {"Content-Type": "application/json"} if body is not None else {}
+    req = urllib.request.Request(url, data=body, method=method, headers=headers)
+    try:
+        with _NO_PROXY.open(req, timeout=timeout) as r:
+            return r.status, {k.lower(): v for k, v in r.headers.items()}, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, {k.lower(): v for k, v in e.headers.items()}, e.read()
+
+
+def wait_ready(url: str, service: Service, timeout_s: float = READY_TIMEOUT_S) -> None:
+    """Poll ``url`` until it answers 200; raise with the log's tail if ``service`` exits
+    first or ``timeout_s`` passes."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        if not service.alive():
+            raise RuntimeError(f"{service.name} exited at start:\n{service.log_tail()}")
+        try:
+            if http("GET", url, timeout=2)[0] == 200:
+                log(f"{service.name} ready after {time.monotonic() - t0:.1f}s")
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{service.name} not ready after {timeout_s:.0f}s:\n{service.log_tail()}")

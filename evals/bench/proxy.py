@@ -50,10 +50,6 @@ import shutil
 import signal
 import sys
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -62,54 +58,19 @@ from typing import Any
 from evals.bench import report
 from evals.bench.common import CHAT_PATH, chat_body, free_port
 from evals.bench.peers import router_argv, router_python
-from evals.bench.procs import ROOT, Service, log, run_json
-from evals.bench.sysstat import machine_busy_pct, measured
+from evals.bench.procs import ROOT, Service, http, log, wait_ready
+from evals.bench.rounds import Target, run_rounds, scenarios, warm_up
 from gateway.settings import REPO_RULES
 
 TARGETS = ("direct", "relay", "gateway", "sglang-router")
-GATEWAY_LOADGEN_ARGS = ("--expect-header", "x-gateway-tier=highspeed",
-                        "--forbid-header", "x-gateway-fallback",
-                        "--collect-header", "x-gateway-overhead-ms")
-READY_TIMEOUT_S = 30.0
-_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # ignore *_proxy env
-
-
-@dataclass
-class Target:
-    name: str
-    url: str
-    services: list[Service] = field(default_factory=list)  # the system under test
-    loadgen_args: tuple[str, ...] = ()
-
-    def alive(self) -> bool:
-        return all(s.alive() for s in self.services)
-
-
-# ----------------------------------------------------------------------------- HTTP probes
-def http(method: str, url: str, body: bytes | None = None, timeout: float = 5.0
-         ) -> tuple[int, dict[str, str], bytes]:
-    headers = {"Content-Type": "application/json"} if body is not None else {}
-    req = urllib.request.Request(url, data=body, method=method, headers=headers)
-    try:
-        with _NO_PROXY.open(req, timeout=timeout) as r:
-            return r.status, {k.lower(): v for k, v in r.headers.items()}, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, {k.lower(): v for k, v in e.headers.items()}, e.read()
-
-
-def wait_ready(url: str, service: Service, timeout_s: float = READY_TIMEOUT_S) -> None:
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout_s:
-        if not service.alive():
-            raise RuntimeError(f"{service.name} exited at start:\n{service.log_tail()}")
-        try:
-            if http("GET", url, timeout=2)[0] == 200:
-                log(f"{service.name} ready after {time.monotonic() - t0:.1f}s")
-                return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"{service.name} not ready after {timeout_s:.0f}s:\n{service.log_tail()}")
+GATEWAY_LOADGEN_ARGS = (
+    "--expect-header",
+    "x-gateway-tier=highspeed",
+    "--forbid-header",
+    "x-gateway-fallback",
+    "--collect-header",
+    "x-gateway-overhead-ms",
+)
 
 
 def probe(target: Target) -> None:
@@ -121,13 +82,18 @@ def probe(target: Target) -> None:
             problem = f"status {status}"
         elif stream and b"data: [DONE]" not in body[-64:]:
             problem = "stream does not end in [DONE]"
-        elif target.name == "gateway" and (headers.get("x-gateway-tier") != "highspeed"
-                                           or "x-gateway-fallback" in headers):
-            problem = (f"x-gateway-tier={headers.get('x-gateway-tier')!r} "
-                       f"x-gateway-fallback={headers.get('x-gateway-fallback')!r}")
+        elif target.name == "gateway" and (
+            headers.get("x-gateway-tier") != "highspeed" or "x-gateway-fallback" in headers
+        ):
+            problem = (
+                f"x-gateway-tier={headers.get('x-gateway-tier')!r} "
+                f"x-gateway-fallback={headers.get('x-gateway-fallback')!r}"
+            )
         if problem:
-            raise RuntimeError(f"{target.name} probe (stream={stream}): {problem}; "
-                               f"headers={headers} body={body[:500]!r}")
+            raise RuntimeError(
+                f"{target.name} probe (stream={stream}): {problem}; "
+                f"headers={headers} body={body[:500]!r}"
+            )
 
 
 # ----------------------------------------------------------------------------- targets
@@ -143,8 +109,9 @@ def _gateway_env(upstream: str, extra: list[str]) -> dict[str, str]:
     return env
 
 
-def start_target(name: str, upstream: str, a: argparse.Namespace, outdir: Path,
-                 services: list[Service]) -> Target:
+def start_target(
+    name: str, upstream: str, a: argparse.Namespace, outdir: Path, services: list[Service]
+) -> Target:
     """Start ``name``'s server (appended to ``services`` at once, for cleanup) and probe it."""
     if name == "direct":
         target = Target(name, upstream + CHAT_PATH)
@@ -152,8 +119,17 @@ def start_target(name: str, upstream: str, a: argparse.Namespace, outdir: Path,
         port = free_port()
         base = f"http://127.0.0.1:{port}"
         if name == "relay":
-            argv = [sys.executable, "-m", "evals.bench.relay", "--port", str(port),
-                    "--upstream", upstream, "--max-seconds", str(a.max_server_s)]
+            argv = [
+                sys.executable,
+                "-m",
+                "evals.bench.relay",
+                "--port",
+                str(port),
+                "--upstream",
+                upstream,
+                "--max-seconds",
+                str(a.max_server_s),
+            ]
             svc = Service(name, argv, cpus=a.sut_cpus, nice=a.nice, logdir=outdir / "logs")
             ready = base + "/health"  # the relay forwards it to the upstream
             extra: tuple[str, ...] = ()
@@ -164,10 +140,26 @@ def start_target(name: str, upstream: str, a: argparse.Namespace, outdir: Path,
         else:
             rules = outdir / "routing_rules.yaml"
             shutil.copyfile(a.rules, rules)
-            argv = [sys.executable, "-m", "gateway.cli", "serve", "--rules", str(rules),
-                    "--host", "127.0.0.1", "--port", str(port)]
-            svc = Service(name, argv, cpus=a.sut_cpus, nice=a.nice, logdir=outdir / "logs",
-                          env=_gateway_env(upstream, a.gateway_env))
+            argv = [
+                sys.executable,
+                "-m",
+                "gateway.cli",
+                "serve",
+                "--rules",
+                str(rules),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ]
+            svc = Service(
+                name,
+                argv,
+                cpus=a.sut_cpus,
+                nice=a.nice,
+                logdir=outdir / "logs",
+                env=_gateway_env(upstream, a.gateway_env),
+            )
             ready, extra = base + "/healthz", GATEWAY_LOADGEN_ARGS
         services.append(svc)
         wait_ready(ready, svc)
@@ -176,118 +168,6 @@ def start_target(name: str, upstream: str, a: argparse.Namespace, outdir: Path,
     return target
 
 
-# ----------------------------------------------------------------------------- load runs
-def scenarios(clients: list[int]) -> list[dict[str, Any]]:
-    return [{"id": report.scenario_id(stream, c), "stream": stream, "clients": c}
-            for stream in (False, True) for c in clients]
-
-
-def loadgen_argv(target: Target, scen: dict[str, Any], a: argparse.Namespace,
-                 duration: float, warmup: float) -> list[str]:
-    argv = [sys.executable, "-m", "evals.bench.loadgen", target.url,
-            "-c", str(scen["clients"]), "-d", str(duration), "-w", str(warmup),
-            "-n", str(a.max_requests), *target.loadgen_args]
-    if scen["stream"]:
-        argv += ["--stream", "--expect-events", str(a.chunks + 3)]  # role, chunks, stop, DONE
-    return argv
-
-
-def flatten(j: dict[str, Any], stream: bool) -> dict[str, Any]:
-    rec: dict[str, Any] = {"rps": j["rps"], "ok": j["ok"], "errors": j["errors"],
-                           "capped": j["capped"]}
-    for p in ("p50", "p95", "p99"):
-        rec[f"lat_{p}_ms"] = j["total_ms"][p]
-        if stream:
-            rec[f"ttfb_{p}_ms"] = j["ttfb_ms"][p]
-    if j.get("collected"):
-        rec["self_overhead_p50_ms"] = j["collected"]["p50"]
-    return rec
-
-
-class QuietGate:
-    """Before each run, wait until processes outside the harness leave the machine idle.
-
-    The wait is bounded by ``--quiet-wait``; once a wait has run out, the next ones give up
-    after a few seconds until the machine is seen quiet again, so a machine that stays busy
-    costs the full wait once, not before every run. Busy runs are flagged, not hidden.
-    """
-
-    def __init__(self, max_busy_pct: float, wait_s: float):
-        self.max_busy_pct = max_busy_pct
-        self.wait_s = wait_s
-        self.patience = wait_s
-
-    def __call__(self) -> None:
-        t0 = time.monotonic()
-        while (busy := machine_busy_pct(0.3)) > self.max_busy_pct:
-            if time.monotonic() - t0 > self.patience:
-                log(f"machine busy ({busy:.0f}% of a core outside the harness); measuring "
-                    "anyway, the run will be judged by what others take during it")
-                self.patience = min(self.wait_s, 2.0)
-                return
-            time.sleep(1.0)
-        self.patience = self.wait_s
-
-
-def measure(target: Target, scen: dict[str, Any], a: argparse.Namespace, pids: list[int]
-            ) -> dict[str, Any]:
-    argv = loadgen_argv(target, scen, a, a.duration, a.warmup)
-    j, cpu = measured(pids, lambda: run_json(argv, cpus=a.load_cpus, nice=a.nice,
-                                             timeout=a.duration + a.warmup + 60))
-    rec = {**flatten(j, scen["stream"]), **cpu}
-    rec["clean"] = (rec["foreign_cpu_pct"] <= a.max_foreign_pct and not rec["errors"]
-                    and not rec["capped"])
-    return rec
-
-
-def _describe(rec: dict[str, Any]) -> str:
-    ttfb = f" ttfb_p50={rec['ttfb_p50_ms']}ms" if "ttfb_p50_ms" in rec else ""
-    busy = "/".join(f"{v:.0f}" for v in rec["cpu_busy_pct"].values())
-    state = "ok" if rec["clean"] else f"NOT CLEAN errors={rec['errors']}"
-    return (f"rps={rec['rps']:>8} p50={rec['lat_p50_ms']}ms p99={rec['lat_p99_ms']}ms{ttfb} "
-            f"cpu%={busy} foreign={rec['foreign_cpu_pct']}% {state}")
-
-
-def run_rounds(targets: list[Target], scens: list[dict[str, Any]], a: argparse.Namespace,
-               pids: list[int], results: dict[str, dict[str, list[dict[str, Any]]]],
-               save: Callable[[], None]) -> None:
-    """Round-robin until every cell has ``repeats`` clean runs, or until the retries or the
-    time budget run out (the first ``repeats`` rounds always run)."""
-    quiet_gate = QuietGate(a.max_foreign_pct, a.quiet_wait)
-    stop_retrying_at = time.monotonic() + a.time_budget * 60
-    for t in targets:
-        for s in scens:
-            results.setdefault(t.name, {}).setdefault(s["id"], [])
-    for rnd in range(a.repeats + a.max_retries):
-        todo = [(s, t) for s in scens for t in targets
-                if sum(r["clean"] for r in results[t.name][s["id"]]) < a.repeats]
-        if not todo:
-            return
-        for s, t in todo:
-            if rnd >= a.repeats and time.monotonic() > stop_retrying_at:
-                log(f"time budget of {a.time_budget:g} min spent: no more retries")
-                return
-            if not t.alive():
-                log(f"{t.name} is no longer running; skipping it")
-                continue
-            quiet_gate()
-            rec = measure(t, s, a, pids)
-            rec["round"] = rnd
-            results[t.name][s["id"]].append(rec)
-            log(f"{t.name:8s} {s['id']:6s} {_describe(rec)}")
-        save()
-
-
-def warm_up(targets: list[Target], scens: list[dict[str, Any]], a: argparse.Namespace) -> None:
-    """A short discarded run per target at c=8, non-streaming and streaming."""
-    for t in targets:
-        for stream in (False, True):
-            scen = {"stream": stream, "clients": 8}
-            run_json(loadgen_argv(t, scen, a, duration=1.0, warmup=0.0), cpus=a.load_cpus,
-                     nice=a.nice, timeout=60)
-
-
-# ----------------------------------------------------------------------------- main
 def _version(dist: str) -> str:
     try:
         return version(dist)
@@ -311,8 +191,9 @@ def _placement(a: argparse.Namespace) -> None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m evals.bench.proxy",
-                                 description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m evals.bench.proxy", description=__doc__.split("\n")[0]
+    )
     ap.add_argument("--duration", type=float, default=3.0, help="measured seconds per run")
     ap.add_argument("--warmup", type=float, default=0.5, help="unrecorded seconds per run")
     ap.add_argument("--repeats", type=int, default=3, help="clean runs per cell")
@@ -323,24 +204,51 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--chunk-delay-ms", type=float, default=0.0)
     ap.add_argument("--sut-cpus", default="0", help="CPUs of the relay and the gateway")
     ap.add_argument("--load-cpus", default="1", help="CPUs of the load generator and upstream")
-    ap.add_argument("--no-nice", dest="nice", action="store_false",
-                    help="do not run servers and load at nice -10 (default when root)")
-    ap.add_argument("--max-foreign-pct", type=float, default=10.0,
-                    help="a run is clean if outside processes took <= this %% of a core")
-    ap.add_argument("--quiet-wait", type=float, default=15.0,
-                    help="longest wait for an idle machine before a run, seconds")
-    ap.add_argument("--time-budget", type=float, default=8.0,
-                    help="minutes after which unclean runs are no longer redone")
+    ap.add_argument(
+        "--no-nice",
+        dest="nice",
+        action="store_false",
+        help="do not run servers and load at nice -10 (default when root)",
+    )
+    ap.add_argument(
+        "--max-foreign-pct",
+        type=float,
+        default=10.0,
+        help="a run is clean if outside processes took <= this %% of a core",
+    )
+    ap.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=15.0,
+        help="longest wait for an idle machine before a run, seconds",
+    )
+    ap.add_argument(
+        "--time-budget",
+        type=float,
+        default=8.0,
+        help="minutes after which unclean runs are no longer redone",
+    )
     ap.add_argument("--max-requests", type=int, default=2_000_000, help="hard cap per run")
-    ap.add_argument("--max-server-s", type=float, default=3600.0,
-                    help="helper servers exit by themselves after this long")
+    ap.add_argument(
+        "--max-server-s",
+        type=float,
+        default=3600.0,
+        help="helper servers exit by themselves after this long",
+    )
     ap.add_argument("--rules", type=Path, default=REPO_RULES)
-    ap.add_argument("--gateway-env", action="append", default=[], metavar="KEY=VALUE",
-                    help="extra environment for the gateway, e.g. GATEWAY_ACCESS_LOG=false")
-    ap.add_argument("--out", type=Path, default=None,
-                    help="output folder (default results/bench-<UTC stamp>/)")
-    ap.add_argument("--summarize", type=Path, metavar="DIR",
-                    help="only re-print the tables of DIR/raw.json")
+    ap.add_argument(
+        "--gateway-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra environment for the gateway, e.g. GATEWAY_ACCESS_LOG=false",
+    )
+    ap.add_argument(
+        "--out", type=Path, default=None, help="output folder (default results/bench-<UTC stamp>/)"
+    )
+    ap.add_argument(
+        "--summarize", type=Path, metavar="DIR", help="only re-print the tables of DIR/raw.json"
+    )
     a = ap.parse_args(argv)
     a.nice = a.nice and os.geteuid() == 0
     a.targets = [t for t in a.targets.split(",") if t]
@@ -356,8 +264,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def write_report(outdir: Path, meta: dict[str, Any], results: dict[str, Any]) -> str:
     summary = report.summarize(results)
     text = report.render(summary, meta)
-    raw = {"meta": meta, "results": results, "summary": summary,
-           "verdicts": report.verdicts(summary, meta["scenarios"])}
+    raw = {
+        "meta": meta,
+        "results": results,
+        "summary": summary,
+        "verdicts": report.verdicts(summary, meta["scenarios"]),
+    }
     (outdir / "raw.json").write_text(json.dumps(raw, indent=1))
     (outdir / "table.md").write_text(text + "\n")
     return text
@@ -378,14 +290,27 @@ def main(argv: list[str] | None = None) -> int:
     _placement(a)
     scens = scenarios(a.clients)
     meta: dict[str, Any] = {
-        "started_utc": stamp, "python": sys.version.split()[0], "aiohttp": _version("aiohttp"),
-        "gateway": _version("llm-gateway"), "nproc": os.cpu_count(), "targets": [],
-        "failed_targets": {}, "scenarios": scens, "duration_s": a.duration,
-        "warmup_s": a.warmup, "repeats": a.repeats, "sut_cpus": a.sut_cpus,
-        "load_cpus": a.load_cpus, "nice": a.nice, "chunks": a.chunks,
-        "chunk_delay_ms": a.chunk_delay_ms, "max_foreign_pct": a.max_foreign_pct,
-        "rules": str(a.rules), "gateway_env": a.gateway_env,
-        "loadgen": "evals.bench.loadgen (python)"}
+        "started_utc": stamp,
+        "python": sys.version.split()[0],
+        "aiohttp": _version("aiohttp"),
+        "gateway": _version("llm-gateway"),
+        "nproc": os.cpu_count(),
+        "targets": [],
+        "failed_targets": {},
+        "scenarios": scens,
+        "duration_s": a.duration,
+        "warmup_s": a.warmup,
+        "repeats": a.repeats,
+        "sut_cpus": a.sut_cpus,
+        "load_cpus": a.load_cpus,
+        "nice": a.nice,
+        "chunks": a.chunks,
+        "chunk_delay_ms": a.chunk_delay_ms,
+        "max_foreign_pct": a.max_foreign_pct,
+        "rules": str(a.rules),
+        "gateway_env": a.gateway_env,
+        "loadgen": "evals.bench.loadgen (python)",
+    }
     estimate = len(scens) * len(a.targets) * a.repeats * (a.duration + a.warmup + 0.8)
     log(f"output {outdir}; about {estimate / 60:.1f} min of measurement")
     services: list[Service] = []
@@ -394,17 +319,30 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
 
     def save() -> None:
-        (outdir / "raw.json").write_text(json.dumps({"meta": meta, "results": results},
-                                                    indent=1))
+        (outdir / "raw.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
 
     try:
         port = free_port()
         upstream = f"http://127.0.0.1:{port}"
-        up = Service("upstream", [sys.executable, "-m", "evals.bench.fake_upstream",
-                                  "--port", str(port), "--chunks", str(a.chunks),
-                                  "--chunk-delay-ms", str(a.chunk_delay_ms),
-                                  "--max-seconds", str(a.max_server_s)],
-                     cpus=a.load_cpus, nice=a.nice, logdir=outdir / "logs")
+        up = Service(
+            "upstream",
+            [
+                sys.executable,
+                "-m",
+                "evals.bench.fake_upstream",
+                "--port",
+                str(port),
+                "--chunks",
+                str(a.chunks),
+                "--chunk-delay-ms",
+                str(a.chunk_delay_ms),
+                "--max-seconds",
+                str(a.max_server_s),
+            ],
+            cpus=a.load_cpus,
+            nice=a.nice,
+            logdir=outdir / "logs",
+        )
         services.append(up)
         wait_ready(upstream + "/health", up)
         targets = []

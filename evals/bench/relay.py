@@ -21,8 +21,9 @@ from aiohttp import web
 from evals.bench.common import loop_name, require_loopback, run
 
 FORWARD = frozenset({"content-type", "authorization", "accept"})
-HOP_BY_HOP = frozenset({"content-length", "transfer-encoding", "connection", "keep-alive",
-                        "content-encoding"})
+HOP_BY_HOP = frozenset(
+    {"content-length", "transfer-encoding", "connection", "keep-alive", "content-encoding"}
+)
 SESSION = web.AppKey("session", aiohttp.ClientSession)
 UPSTREAM = web.AppKey("upstream", str)
 
@@ -31,8 +32,7 @@ async def relay(request: web.Request) -> web.StreamResponse:
     body = await request.read()
     headers = {k: v for k, v in request.headers.items() if k.lower() in FORWARD}
     url = request.app[UPSTREAM] + request.path_qs
-    async with request.app[SESSION].request(request.method, url, data=body,
-                                             headers=headers) as up:
+    async with request.app[SESSION].request(request.method, url, data=body, headers=headers) as up:
         out_headers = {k: v for k, v in up.headers.items() if k.lower() not in HOP_BY_HOP}
         if not up.headers.get("content-type", "").startswith("text/event-stream"):
             return web.Response(status=up.status, body=await up.read(), headers=out_headers)
@@ -49,7 +49,9 @@ async def serve(host: str, port: int, upstream: str, max_seconds: float) -> None
     app[UPSTREAM] = upstream.rstrip("/")
     session = aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60),
-        timeout=aiohttp.ClientTimeout(total=60), auto_decompress=False)
+        timeout=aiohttp.ClientTimeout(total=60),
+        auto_decompress=False,
+    )
     app[SESSION] = session
     app.router.add_route("*", "/{tail:.*}", relay)
     runner = web.AppRunner(app, access_log=None)

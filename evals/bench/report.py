@@ -14,8 +14,17 @@ from typing import Any
 Summary = dict[str, dict[str, dict[str, Any]]]  # target -> scenario id -> cell summary
 PROXIES = ("relay", "gateway", "sglang-router")
 ROUTER = "sglang-router"
-STAT_KEYS = ("rps", "lat_p50_ms", "lat_p95_ms", "lat_p99_ms", "ttfb_p50_ms", "ttfb_p95_ms",
-             "ttfb_p99_ms", "self_overhead_p50_ms", "foreign_cpu_pct")
+STAT_KEYS = (
+    "rps",
+    "lat_p50_ms",
+    "lat_p95_ms",
+    "lat_p99_ms",
+    "ttfb_p50_ms",
+    "ttfb_p95_ms",
+    "ttfb_p99_ms",
+    "self_overhead_p50_ms",
+    "foreign_cpu_pct",
+)
 ADDED_LATENCY_MAX = 1.5  # gateway_added / relay_added at c=1, non-streamed
 STREAM_ADDED_MAX_MS = 1.0  # gateway_added at c=1, streamed (TTFB and total)
 THROUGHPUT_MIN = {False: 0.6, True: 0.5}  # gateway / relay req/s at the highest concurrency
@@ -45,12 +54,16 @@ def table_rows(scenarios: list[dict[str, Any]]) -> list[Row]:
         sid, c = s["id"], s["clients"]
         if s["stream"]:
             for what, key in (("TTFB", "ttfb"), ("total", "lat")):
-                rows += [Row(f"stream c={c} {what} {p} ms", sid, f"{key}_{p}_ms", 3)
-                         for p in ("p50", "p95", "p99")]
+                rows += [
+                    Row(f"stream c={c} {what} {p} ms", sid, f"{key}_{p}_ms", 3)
+                    for p in ("p50", "p95", "p99")
+                ]
             rows.append(Row(f"stream c={c} streams/s", sid, "rps", 0))
         else:
-            rows += [Row(f"non-stream c={c} {p} ms", sid, f"lat_{p}_ms", 3)
-                     for p in ("p50", "p95", "p99")]
+            rows += [
+                Row(f"non-stream c={c} {p} ms", sid, f"lat_{p}_ms", 3)
+                for p in ("p50", "p95", "p99")
+            ]
             rows.append(Row(f"non-stream c={c} req/s", sid, "rps", 0))
     return rows
 
@@ -59,8 +72,7 @@ def _stat(runs: list[dict[str, Any]], key: str) -> dict[str, float] | None:
     vals = [r[key] for r in runs if r.get(key) is not None]
     if not vals:
         return None
-    return {"median": statistics.median(vals), "min": min(vals), "max": max(vals),
-            "n": len(vals)}
+    return {"median": statistics.median(vals), "min": min(vals), "max": max(vals), "n": len(vals)}
 
 
 def summarize(results: dict[str, dict[str, list[dict[str, Any]]]]) -> Summary:
@@ -78,8 +90,10 @@ def summarize(results: dict[str, dict[str, list[dict[str, Any]]]]) -> Summary:
                 for kind, n in r["errors"].items():
                     errors[kind] = errors.get(kind, 0) + n
             cell["errors"] = errors
-            cell["cpu_busy_pct"] = {c: statistics.median(r["cpu_busy_pct"][c] for r in use)
-                                    for c in use[0]["cpu_busy_pct"]}
+            cell["cpu_busy_pct"] = {
+                c: statistics.median(r["cpu_busy_pct"][c] for r in use)
+                for c in use[0]["cpu_busy_pct"]
+            }
             summary.setdefault(target, {})[sid] = cell
     return summary
 
@@ -100,10 +114,12 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 def _latency_verdicts(summary: Summary, ids: set[str]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    checks = [("non-stream p50", "ns_c1", "lat_p50_ms", "ratio"),
-              ("stream TTFB p50", "st_c1", "ttfb_p50_ms", "ms"),
-              ("stream total p50", "st_c1", "lat_p50_ms", "ms"),
-              ("non-stream p99", "ns_c1", "lat_p99_ms", None)]
+    checks = [
+        ("non-stream p50", "ns_c1", "lat_p50_ms", "ratio"),
+        ("stream TTFB p50", "st_c1", "ttfb_p50_ms", "ms"),
+        ("stream total p50", "st_c1", "lat_p50_ms", "ms"),
+        ("non-stream p99", "ns_c1", "lat_p99_ms", None),
+    ]
     for label, sid, key, judged in checks:
         if sid not in ids:
             continue
@@ -117,9 +133,16 @@ def _latency_verdicts(summary: Summary, ids: set[str]) -> list[dict[str, Any]]:
             ok = gw is not None and gw < STREAM_ADDED_MAX_MS
         else:
             target, ok = "info", None
-        out.append({"name": f"added latency at c=1, {label}: gateway_added / relay_added",
-                    "relay_added_ms": relay, "gateway_added_ms": gw, "value": ratio,
-                    "target": target, "ok": ok})
+        out.append(
+            {
+                "name": f"added latency at c=1, {label}: gateway_added / relay_added",
+                "relay_added_ms": relay,
+                "gateway_added_ms": gw,
+                "value": ratio,
+                "target": target,
+                "ok": ok,
+            }
+        )
     return out
 
 
@@ -138,18 +161,24 @@ def verdicts(summary: Summary, scenarios: list[dict[str, Any]]) -> list[dict[str
                 continue
             other = _median(summary, peer, sid, "rps")
             ratio = _ratio(gw, other)
-            out.append({"name": f"throughput at c={top}, {label}: gateway / {peer} req/s",
-                        "peer": peer, "peer_rps": other, "gateway_rps": gw, "value": ratio,
-                        "target": f">= {mins[stream]:g}",
-                        "ok": ratio is not None and ratio >= mins[stream]})
+            out.append(
+                {
+                    "name": f"throughput at c={top}, {label}: gateway / {peer} req/s",
+                    "peer": peer,
+                    "peer_rps": other,
+                    "gateway_rps": gw,
+                    "value": ratio,
+                    "target": f">= {mins[stream]:g}",
+                    "ok": ratio is not None and ratio >= mins[stream],
+                }
+            )
     return out
 
 
 def _fmt(stat: dict[str, float] | None, digits: int) -> str:
     if not stat:
         return "n/a"
-    return (f"{stat['median']:.{digits}f} ({stat['min']:.{digits}f}{_DASH}"
-            f"{stat['max']:.{digits}f})")
+    return f"{stat['median']:.{digits}f} ({stat['min']:.{digits}f}{_DASH}{stat['max']:.{digits}f})"
 
 
 def _table(header: list[str], body: list[list[str]]) -> list[str]:
@@ -159,8 +188,10 @@ def _table(header: list[str], body: list[list[str]]) -> list[str]:
 
 def _added_cell(summary: Summary, target: str, row: Row) -> str:
     if row.is_rps:
-        pct = _ratio(_median(summary, target, row.scenario, "rps"),
-                     _median(summary, "direct", row.scenario, "rps"))
+        pct = _ratio(
+            _median(summary, target, row.scenario, "rps"),
+            _median(summary, "direct", row.scenario, "rps"),
+        )
         return "n/a" if pct is None else f"{pct * 100:.1f}% of direct"
     added = _added(summary, target, row.scenario, row.key)
     return "n/a" if added is None else f"{added:+.3f}"
@@ -168,11 +199,15 @@ def _added_cell(summary: Summary, target: str, row: Row) -> str:
 
 def _gw_vs(summary: Summary, row: Row, peer: str) -> str:
     if row.is_rps:
-        r = _ratio(_median(summary, "gateway", row.scenario, "rps"),
-                   _median(summary, peer, row.scenario, "rps"))
+        r = _ratio(
+            _median(summary, "gateway", row.scenario, "rps"),
+            _median(summary, peer, row.scenario, "rps"),
+        )
     else:
-        r = _ratio(_added(summary, "gateway", row.scenario, row.key),
-                   _added(summary, peer, row.scenario, row.key))
+        r = _ratio(
+            _added(summary, "gateway", row.scenario, row.key),
+            _added(summary, peer, row.scenario, row.key),
+        )
     return "n/a" if r is None else f"{r:.2f}"
 
 
@@ -180,15 +215,20 @@ def _verdict_line(v: dict[str, Any]) -> str:
     mark = {True: "MET", False: "MISSED", None: "info"}[v["ok"]]
     value = "n/a" if v["value"] is None else f"{v['value']:.2f}"
     if "relay_added_ms" in v:
-        parts = [f"relay {v['relay_added_ms']:+.3f} ms" if v["relay_added_ms"] is not None
-                 else "relay n/a",
-                 f"gateway {v['gateway_added_ms']:+.3f} ms" if v["gateway_added_ms"] is not None
-                 else "gateway n/a"]
+        parts = [
+            f"relay {v['relay_added_ms']:+.3f} ms"
+            if v["relay_added_ms"] is not None
+            else "relay n/a",
+            f"gateway {v['gateway_added_ms']:+.3f} ms"
+            if v["gateway_added_ms"] is not None
+            else "gateway n/a",
+        ]
     else:
         peer = v["peer"]
-        parts = [f"{peer} {v['peer_rps']:.0f}/s" if v["peer_rps"] is not None else f"{peer} n/a",
-                 f"gateway {v['gateway_rps']:.0f}/s" if v["gateway_rps"] is not None
-                 else "gateway n/a"]
+        parts = [
+            f"{peer} {v['peer_rps']:.0f}/s" if v["peer_rps"] is not None else f"{peer} n/a",
+            f"gateway {v['gateway_rps']:.0f}/s" if v["gateway_rps"] is not None else "gateway n/a",
+        ]
     target = "" if v["target"] == "info" else f" (target {v['target']})"
     return f"- {v['name']}: {', '.join(parts)} -> **{value}**{target}: {mark}"
 
@@ -197,32 +237,58 @@ def render(summary: Summary, meta: dict[str, Any]) -> str:
     targets = [t for t in meta["targets"] if t in summary]
     proxies = [t for t in PROXIES if t in summary]
     rows = table_rows(meta["scenarios"])
-    out = [f"Proxy benchmark {meta['started_utc']} | {meta['repeats']} x {meta['duration_s']} s "
-           f"per cell, round-robin | median (min{_DASH}max) | SUT cpus={meta['sut_cpus']}, "
-           f"loadgen+upstream cpus={meta['load_cpus']} | nice={meta['nice']} | stream = "
-           f"{meta['chunks']} chunks, {meta['chunk_delay_ms']:g} ms apart | "
-           f"python {meta['python']}, aiohttp {meta['aiohttp']}", ""]
-    out += _table(["metric", *targets],
-                  [[r.label, *(_fmt(summary[t].get(r.scenario, {}).get(r.key), r.digits)
-                               for t in targets)] for r in rows])
+    out = [
+        f"Proxy benchmark {meta['started_utc']} | {meta['repeats']} x {meta['duration_s']} s "
+        f"per cell, round-robin | median (min{_DASH}max) | SUT cpus={meta['sut_cpus']}, "
+        f"loadgen+upstream cpus={meta['load_cpus']} | nice={meta['nice']} | stream = "
+        f"{meta['chunks']} chunks, {meta['chunk_delay_ms']:g} ms apart | "
+        f"python {meta['python']}, aiohttp {meta['aiohttp']}",
+        "",
+    ]
+    out += _table(
+        ["metric", *targets],
+        [
+            [r.label, *(_fmt(summary[t].get(r.scenario, {}).get(r.key), r.digits) for t in targets)]
+            for r in rows
+        ],
+    )
     if "gateway" in summary:
         gw = summary["gateway"]
-        own = [f"{s['id']} {_fmt(gw.get(s['id'], {}).get('self_overhead_p50_ms'), 3)}"
-               for s in meta["scenarios"]]
-        out += ["", "Gateway's own x-gateway-overhead-ms header, p50 per run (ms): "
-                + ", ".join(own)]
+        own = [
+            f"{s['id']} {_fmt(gw.get(s['id'], {}).get('self_overhead_p50_ms'), 3)}"
+            for s in meta["scenarios"]
+        ]
+        out += [
+            "",
+            "Gateway's own x-gateway-overhead-ms header, p50 per run (ms): " + ", ".join(own),
+        ]
     if "direct" in summary and proxies:
         peers = [p for p in proxies if p != "gateway"] if "gateway" in proxies else []
-        out += ["", "Added over direct (difference of medians, ms; throughput as % of direct); "
-                    "gateway/peer = ratio of added latency, or of req/s:"]
+        out += [
+            "",
+            "Added over direct (difference of medians, ms; throughput as % of direct); "
+            "gateway/peer = ratio of added latency, or of req/s:",
+        ]
         header = ["metric", *proxies, *(f"gateway/{p}" for p in peers)]
-        out += _table(header, [[r.label, *(_added_cell(summary, t, r) for t in proxies),
-                                *(_gw_vs(summary, r, p) for p in peers)] for r in rows])
+        out += _table(
+            header,
+            [
+                [
+                    r.label,
+                    *(_added_cell(summary, t, r) for t in proxies),
+                    *(_gw_vs(summary, r, p) for p in peers),
+                ]
+                for r in rows
+            ],
+        )
     vs = verdicts(summary, meta["scenarios"])
     if vs:
         out += ["", "Product targets:", *(_verdict_line(v) for v in vs)]
-    out += ["", "Per run (medians): CPU busy % cpu0/cpu1, CPU of processes outside the harness "
-                "(% of a core), clean runs/total, errors:"]
+    out += [
+        "",
+        "Per run (medians): CPU busy % cpu0/cpu1, CPU of processes outside the harness "
+        "(% of a core), clean runs/total, errors:",
+    ]
     body = []
     for s in meta["scenarios"]:
         cells = []
@@ -234,8 +300,10 @@ def render(summary: Summary, meta: dict[str, Any]) -> str:
             busy = "/".join(f"{v:.0f}" for v in c["cpu_busy_pct"].values())
             foreign = (c["foreign_cpu_pct"] or {}).get("median", 0.0)
             errs = sum(c["errors"].values())
-            cells.append(f"{busy} foreign {foreign:.0f}% ({c['runs_clean']}/{c['runs_total']})"
-                         + (f" errors {errs}" if errs else ""))
+            cells.append(
+                f"{busy} foreign {foreign:.0f}% ({c['runs_clean']}/{c['runs_total']})"
+                + (f" errors {errs}" if errs else "")
+            )
         body.append([s["id"], *cells])
     out += _table(["scenario", *targets], body)
     errors = {t: {s: c["errors"] for s, c in summary[t].items() if c["errors"]} for t in targets}

@@ -25,13 +25,11 @@ from typing import Any
 import aiohttp
 
 from evals.bench.common import free_port, percentile, tenant_key
-from evals.bench.procs import Service
-from evals.bench.proxy import wait_ready
+from evals.bench.procs import Service, wait_ready
 from gateway.settings import REPO_RULES, usable_cpus
 
 ADMIN_TOKEN = "bench-admin-token-0123456789"
-CHAT = {"model": "auto", "messages": [{"role": "user", "content": "Say hello."}],
-        "max_tokens": 14}
+CHAT = {"model": "auto", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 14}
 
 
 def big_rules(extra: int) -> str:
@@ -49,8 +47,9 @@ def big_rules(extra: int) -> str:
     return base[:at] + more + base[at:]
 
 
-async def measure(port: int, admin: int, rules: str, clients: int, seconds: float
-                  ) -> dict[str, Any]:
+async def measure(
+    port: int, admin: int, rules: str, clients: int, seconds: float
+) -> dict[str, Any]:
     base, adm = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin}"
     auth = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
     lat: list[float] = []
@@ -70,12 +69,17 @@ async def measure(port: int, admin: int, rules: str, clients: int, seconds: floa
         async def upload() -> tuple[int, float]:
             await asyncio.sleep(2.0)
             t = time.perf_counter()
-            async with s.put(f"{adm}/admin/rules", data=rules.encode(),
-                             headers={**auth, "Content-Type": "application/yaml"}) as r:
+            async with s.put(
+                f"{adm}/admin/rules",
+                data=rules.encode(),
+                headers={**auth, "Content-Type": "application/yaml"},
+            ) as r:
                 await r.read()
                 return r.status, time.perf_counter() - t
 
-        *_, (status, took) = await asyncio.gather(*(client() for _ in range(clients)), upload())
+        uploaded = asyncio.create_task(upload())
+        await asyncio.gather(*(client() for _ in range(clients)), uploaded)
+        status, took = uploaded.result()
     lat.sort()
     return {
         "rules_bytes": len(rules.encode()),
@@ -97,18 +101,43 @@ def main(argv: list[str] | None = None) -> int:
     cpus = "0" if usable_cpus() > 1 else None
     fake, port, admin = free_port(), free_port(), free_port()
     engine = f"http://127.0.0.1:{fake}"
-    env = {**os.environ, "GATEWAY_ADMIN_TOKEN": ADMIN_TOKEN, "GATEWAY_ADMIN_PORT": str(admin),
-           "GATEWAY_POOL_HIGHSPEED_URLS": engine, "GATEWAY_POOL_STANDARD_URLS": engine}
+    env = {
+        **os.environ,
+        "GATEWAY_ADMIN_TOKEN": ADMIN_TOKEN,
+        "GATEWAY_ADMIN_PORT": str(admin),
+        "GATEWAY_POOL_HIGHSPEED_URLS": engine,
+        "GATEWAY_POOL_STANDARD_URLS": engine,
+    }
     py = sys.executable
     with tempfile.TemporaryDirectory() as tmp:
         logs = Path(tmp)
         services = [
-            Service("fake", [py, "-m", "evals.bench.fake_upstream", "--port", str(fake)],
-                    cpus="1" if cpus else None, nice=False, logdir=logs),
-            Service("gateway", [py, "-m", "gateway.cli", "serve", "--rules",
-                                str(REPO_RULES), "--host", "127.0.0.1",
-                                "--port", str(port)], cpus=cpus, nice=False, logdir=logs,
-                    env=env),
+            Service(
+                "fake",
+                [py, "-m", "evals.bench.fake_upstream", "--port", str(fake)],
+                cpus="1" if cpus else None,
+                nice=False,
+                logdir=logs,
+            ),
+            Service(
+                "gateway",
+                [
+                    py,
+                    "-m",
+                    "gateway.cli",
+                    "serve",
+                    "--rules",
+                    str(REPO_RULES),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                ],
+                cpus=cpus,
+                nice=False,
+                logdir=logs,
+                env=env,
+            ),
         ]
         try:
             wait_ready(f"http://127.0.0.1:{port}/healthz", services[1])

@@ -25,8 +25,7 @@ from pathlib import Path
 
 from evals.bench.common import chat_body, free_port, run
 from evals.bench.loadgen import Expect, load
-from evals.bench.procs import Service
-from evals.bench.proxy import wait_ready
+from evals.bench.procs import Service, wait_ready
 from gateway.settings import REPO_RULES
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -39,10 +38,23 @@ def cpu_seconds(pid: int) -> float:
 
 def upstream(chunks: int, delay_ms: float, logdir: Path) -> tuple[Service, str]:
     port = free_port()
-    svc = Service(f"upstream-{chunks}", [sys.executable, "-m", "evals.bench.fake_upstream",
-                                         "--port", str(port), "--chunks", str(chunks),
-                                         "--chunk-delay-ms", str(delay_ms)],
-                  cpus="1", nice=False, logdir=logdir)
+    svc = Service(
+        f"upstream-{chunks}",
+        [
+            sys.executable,
+            "-m",
+            "evals.bench.fake_upstream",
+            "--port",
+            str(port),
+            "--chunks",
+            str(chunks),
+            "--chunk-delay-ms",
+            str(delay_ms),
+        ],
+        cpus="1",
+        nice=False,
+        logdir=logdir,
+    )
     url = f"http://127.0.0.1:{port}"
     wait_ready(f"{url}/health", svc)
     return svc, url
@@ -50,25 +62,53 @@ def upstream(chunks: int, delay_ms: float, logdir: Path) -> tuple[Service, str]:
 
 def gateway(up: str, logdir: Path) -> tuple[Service, str]:
     port = free_port()
-    env = {**os.environ, "GATEWAY_POOL_HIGHSPEED_URLS": up, "GATEWAY_POOL_STANDARD_URLS": up,
-           "GATEWAY_ACCESS_LOG": "false", "GATEWAY_LOCAL_ENGINES": "off"}
-    svc = Service("gateway", [sys.executable, "-m", "gateway.cli", "serve", "--rules",
-                              str(REPO_RULES), "--port", str(port)],
-                  cpus="0", nice=False, logdir=logdir, env=env)
+    env = {
+        **os.environ,
+        "GATEWAY_POOL_HIGHSPEED_URLS": up,
+        "GATEWAY_POOL_STANDARD_URLS": up,
+        "GATEWAY_ACCESS_LOG": "false",
+        "GATEWAY_LOCAL_ENGINES": "off",
+    }
+    svc = Service(
+        "gateway",
+        [
+            sys.executable,
+            "-m",
+            "gateway.cli",
+            "serve",
+            "--rules",
+            str(REPO_RULES),
+            "--port",
+            str(port),
+        ],
+        cpus="0",
+        nice=False,
+        logdir=logdir,
+        env=env,
+    )
     url = f"http://127.0.0.1:{port}"
     wait_ready(f"{url}/healthz", svc)
     return svc, url
 
 
-def relay_cpu(gw: Service, url: str, model: str, conns: int, seconds: float, chunks: int
-              ) -> tuple[float, int, int]:
+def relay_cpu(
+    gw: Service, url: str, model: str, conns: int, seconds: float, chunks: int
+) -> tuple[float, int, int]:
     """CPU seconds the gateway spent, streams it finished and the events each carried, in a
     closed-loop run of streams asking for ``chunks`` tokens (the fake engine's every chunk:
     it sends no more than ``max_tokens``)."""
     before = cpu_seconds(gw.pid)
-    res = run(load(f"{url}/v1/chat/completions", connections=conns, duration=seconds,
-                   warmup=0.5, stream=True, expect=Expect(),
-                   body=chat_body(True, model, max_tokens=chunks)))
+    res = run(
+        load(
+            f"{url}/v1/chat/completions",
+            connections=conns,
+            duration=seconds,
+            warmup=0.5,
+            stream=True,
+            expect=Expect(),
+            body=chat_body(True, model, max_tokens=chunks),
+        )
+    )
     after = cpu_seconds(gw.pid)
     if res["errors"]:
         raise SystemExit(f"errors through the gateway: {res['errors']}")
@@ -85,14 +125,24 @@ def per_chunk(long_: tuple[float, int, int], short: tuple[float, int, int]) -> f
 
 
 def ttfb(url: str, model: str, seconds: float) -> float:
-    res = run(load(f"{url}/v1/chat/completions", connections=1, duration=seconds, warmup=0.5,
-                   stream=True, expect=Expect(), body=chat_body(True, model)))
+    res = run(
+        load(
+            f"{url}/v1/chat/completions",
+            connections=1,
+            duration=seconds,
+            warmup=0.5,
+            stream=True,
+            expect=Expect(),
+            body=chat_body(True, model),
+        )
+    )
     return float(res["ttfb_ms"]["p50"])  # type: ignore[index]
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m evals.bench.stream_chunks",
-                                 description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m evals.bench.stream_chunks", description=__doc__.split("\n")[0]
+    )
     ap.add_argument("--seconds", type=float, default=4.0, help="per measurement")
     ap.add_argument("--chunk-delay-ms", type=float, default=0.2)
     ap.add_argument("--connections", type=int, default=4)
@@ -123,9 +173,11 @@ def main(argv: list[str] | None = None) -> int:
         for s in services:
             s.stop()
     print(json.dumps(out, indent=1))
-    print(f"per chunk, live checks on: highspeed {out['us_per_chunk[auto]']} us, standard "
-          f"{out['us_per_chunk[standard]']} us (target < 20); TTFB overhead "
-          f"{out['ttfb_overhead_ms']} ms (target < 1)")
+    print(
+        f"per chunk, live checks on: highspeed {out['us_per_chunk[auto]']} us, standard "
+        f"{out['us_per_chunk[standard]']} us (target < 20); TTFB overhead "
+        f"{out['ttfb_overhead_ms']} ms (target < 1)"
+    )
     return 0
 
 

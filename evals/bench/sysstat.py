@@ -48,7 +48,7 @@ def process_cpu_s(pids: Collection[int]) -> float:
                 s = f.read()
         except OSError:
             continue
-        fields = s[s.rindex(")") + 2:].split()
+        fields = s[s.rindex(")") + 2 :].split()
         tot += int(fields[11]) + int(fields[12])
     return tot / CLK
 
@@ -78,9 +78,14 @@ def measured(pids: Collection[int], fn: Callable[[], T]) -> tuple[T, dict[str, A
     s0, p0, c0, t0 = cpu_lines(), process_cpu_s(own), children_cpu_s(), time.monotonic()
     result = fn()
     s1, p1, c1, wall = cpu_lines(), process_cpu_s(own), children_cpu_s(), time.monotonic() - t0
-    busy = {name: round(100.0 * (1 - (s1[name].idle - s0[name].idle) /
-                                 max(1, s1[name].total - s0[name].total)), 1)
-            for name in s0 if name != "cpu"}
+    busy = {
+        name: round(
+            100.0 * (1 - (s1[name].idle - s0[name].idle) / max(1, s1[name].total - s0[name].total)),
+            1,
+        )
+        for name in s0
+        if name != "cpu"
+    }
     task_s = (s1["cpu"].task - s0["cpu"].task) / CLK
     ours_s = (p1 - p0) + (c1 - c0)
     return result, {

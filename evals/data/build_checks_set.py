@@ -184,7 +184,7 @@ GOOD_PROSE = {
         "Browsers and CDNs decide whether they may reuse a response based on a few headers.\n\n"
         "`Cache-Control` is the main one. `max-age=3600` says the response is fresh for an hour; "
         "`no-cache` means the cache must revalidate with the server before every reuse (it does "
-        "*not* mean \"don't cache\"); `no-store` forbids storing it at all; `private` restricts "
+        '*not* mean "don\'t cache"); `no-store` forbids storing it at all; `private` restricts '
         "it to the browser, so shared caches such as CDNs must not keep it.\n\n"
         "Revalidation uses validators. The server sends an `ETag` (an opaque version string) or "
         "a `Last-Modified` date. When the cached copy is stale, the browser asks again with "
@@ -474,12 +474,12 @@ GOOD_CODE = {
         "```bash\n"
         "#!/usr/bin/env bash\n"
         "set -euo pipefail\n\n"
-        "SRC=\"/var/www\"\n"
-        "DEST=\"/backups\"\n"
-        "STAMP=\"$(date +%Y-%m-%d_%H%M)\"\n\n"
-        "tar -czf \"$DEST/www-$STAMP.tar.gz\" -C \"$SRC\" .\n"
+        'SRC="/var/www"\n'
+        'DEST="/backups"\n'
+        'STAMP="$(date +%Y-%m-%d_%H%M)"\n\n'
+        'tar -czf "$DEST/www-$STAMP.tar.gz" -C "$SRC" .\n'
         "# keep the 14 most recent archives\n"
-        "ls -1t \"$DEST\"/www-*.tar.gz | tail -n +15 | xargs -r rm --\n"
+        'ls -1t "$DEST"/www-*.tar.gz | tail -n +15 | xargs -r rm --\n'
         "```\n\n"
         "Schedule it with `crontab -e` and a line like `30 2 * * * /usr/local/bin/backup.sh`."
     ),
@@ -515,7 +515,7 @@ GOOD_CODE = {
         "RUN pip install --no-cache-dir /wheels/* && rm -rf /wheels\n"
         "COPY src/ ./src/\n"
         "USER 1000\n"
-        "CMD [\"python\", \"-m\", \"src.server\"]\n"
+        'CMD ["python", "-m", "src.server"]\n'
         "```"
     ),
     "pytest-params": (
@@ -524,15 +524,15 @@ GOOD_CODE = {
         "import pytest\n\n"
         "from myapp.text import slugify\n\n\n"
         "@pytest.mark.parametrize(\n"
-        "    (\"raw\", \"expected\"),\n"
+        '    ("raw", "expected"),\n'
         "    [\n"
-        "        (\"Hello World\", \"hello-world\"),\n"
-        "        (\"  Hello   World  \", \"hello-world\"),\n"
-        "        (\"Hello, World!\", \"hello-world\"),\n"
-        "        (\"hello-world\", \"hello-world\"),\n"
-        "        (\"Héllo Wörld\", \"hello-world\"),\n"
-        "        (\"HELLO_WORLD\", \"hello-world\"),\n"
-        "        (\"\", \"\"),\n"
+        '        ("Hello World", "hello-world"),\n'
+        '        ("  Hello   World  ", "hello-world"),\n'
+        '        ("Hello, World!", "hello-world"),\n'
+        '        ("hello-world", "hello-world"),\n'
+        '        ("Héllo Wörld", "hello-world"),\n'
+        '        ("HELLO_WORLD", "hello-world"),\n'
+        '        ("", ""),\n'
         "    ],\n"
         ")\n"
         "def test_slugify(raw, expected):\n"
@@ -732,21 +732,21 @@ GOOD_LONG = {
         "### 2. Write pyproject.toml\n\n"
         "```toml\n"
         "[build-system]\n"
-        "requires = [\"hatchling\"]\n"
-        "build-backend = \"hatchling.build\"\n\n"
+        'requires = ["hatchling"]\n'
+        'build-backend = "hatchling.build"\n\n'
         "[project]\n"
-        "name = \"mylib\"\n"
-        "version = \"0.3.0\"\n"
-        "description = \"Fast parsing of fixed-width reports\"\n"
-        "readme = \"README.md\"\n"
-        "requires-python = \">=3.9\"\n"
-        "license = \"MIT\"\n"
-        "authors = [{ name = \"Jo Park\", email = \"jo@example.com\" }]\n"
-        "dependencies = [\"attrs>=23.1\"]\n\n"
+        'name = "mylib"\n'
+        'version = "0.3.0"\n'
+        'description = "Fast parsing of fixed-width reports"\n'
+        'readme = "README.md"\n'
+        'requires-python = ">=3.9"\n'
+        'license = "MIT"\n'
+        'authors = [{ name = "Jo Park", email = "jo@example.com" }]\n'
+        'dependencies = ["attrs>=23.1"]\n\n'
         "[project.optional-dependencies]\n"
-        "test = [\"pytest>=8\", \"hypothesis\"]\n\n"
+        'test = ["pytest>=8", "hypothesis"]\n\n'
         "[project.urls]\n"
-        "Homepage = \"https://github.com/jopark/mylib\"\n"
+        'Homepage = "https://github.com/jopark/mylib"\n'
         "```\n\n"
         "The `[build-system]` table tells pip which backend builds your package. Hatchling, "
         "setuptools, Flit and PDM's backend all read the same `[project]` table, so you can "
@@ -857,85 +857,112 @@ def _board(rows: list[str]) -> str:
 
 LOOKALIKE_REPETITION = {
     "laughter": "Ha ha ha ha ha! That's a great pun. Here's one back: I told my computer I "
-                "needed a break, and it said \"No problem, I'll go to sleep.\"",
+    'needed a break, and it said "No problem, I\'ll go to sleep."',
     "lyrics-round": "It's a round, so each group starts the same verse a bit later:\n\n"
-                    "Row, row, row your boat,\nGently down the stream.\nMerrily, merrily, "
-                    "merrily, merrily,\nLife is but a dream.",
-    "zero-matrix": "`np.zeros((10, 10))` prints:\n\n```\n[" + "\n ".join([_ZERO_ROW] * 10)
-                   + "]\n```\n\nAll 100 entries are float zeros.",
+    "Row, row, row your boat,\nGently down the stream.\nMerrily, merrily, "
+    "merrily, merrily,\nLife is but a dream.",
+    "zero-matrix": "`np.zeros((10, 10))` prints:\n\n```\n["
+    + "\n ".join([_ZERO_ROW] * 10)
+    + "]\n```\n\nAll 100 entries are float zeros.",
     "pytest-parametrize": GOOD_CODE["pytest-params"],
-    "chalkboard-lines": "Sure! Here it is, numbered so you can count them:\n\n" + "\n".join(
-        f"{i}. I will not waste chalk." for i in range(1, 21)),
-    "rules-and-headings": "Report\n" + "=" * 80 + "\n\nSection 1: Inputs\n" + "-" * 80
-                          + "\n\nAll inputs were validated.\n\nSection 2: Results\n" + "-" * 80
-                          + "\n\nNo regressions found.\n" + "=" * 80,
+    "chalkboard-lines": "Sure! Here it is, numbered so you can count them:\n\n"
+    + "\n".join(f"{i}. I will not waste chalk." for i in range(1, 21)),
+    "rules-and-headings": "Report\n"
+    + "=" * 80
+    + "\n\nSection 1: Inputs\n"
+    + "-" * 80
+    + "\n\nAll inputs were validated.\n\nSection 2: Results\n"
+    + "-" * 80
+    + "\n\nNo regressions found.\n"
+    + "=" * 80,
     "log-excerpt": "The relevant part of the log is:\n\n```\n"
-                   "2024-05-02T10:14:03Z WARN pool: connection reset by peer (db-2)\n"
-                   "2024-05-02T10:14:05Z WARN pool: connection reset by peer (db-2)\n"
-                   "2024-05-02T10:14:09Z WARN pool: connection reset by peer (db-2)\n"
-                   "2024-05-02T10:14:17Z ERROR pool: giving up on db-2 after 3 retries\n```\n\n"
-                   "The exponential spacing (2 s, 4 s, 8 s) shows the retry policy works; db-2 "
-                   "itself is down.",
-    "aligned-columns": "```\n" + "\n".join(
-        f"{name:<28}{size:>12}{date:>16}" for name, size, date in (
-            ("README.md", "4.1 KB", "2024-04-01"), ("src/", "-", "2024-04-28"),
-            ("tests/", "-", "2024-04-28"), ("pyproject.toml", "1.2 KB", "2024-03-15"),
-            ("LICENSE", "1.1 KB", "2023-11-02"))) + "\n```",
+    "2024-05-02T10:14:03Z WARN pool: connection reset by peer (db-2)\n"
+    "2024-05-02T10:14:05Z WARN pool: connection reset by peer (db-2)\n"
+    "2024-05-02T10:14:09Z WARN pool: connection reset by peer (db-2)\n"
+    "2024-05-02T10:14:17Z ERROR pool: giving up on db-2 after 3 retries\n```\n\n"
+    "The exponential spacing (2 s, 4 s, 8 s) shows the retry policy works; db-2 "
+    "itself is down.",
+    "aligned-columns": "```\n"
+    + "\n".join(
+        f"{name:<28}{size:>12}{date:>16}"
+        for name, size, date in (
+            ("README.md", "4.1 KB", "2024-04-01"),
+            ("src/", "-", "2024-04-28"),
+            ("tests/", "-", "2024-04-28"),
+            ("pyproject.toml", "1.2 KB", "2024-03-15"),
+            ("LICENSE", "1.1 KB", "2023-11-02"),
+        )
+    )
+    + "\n```",
     "poem-refrain": "Rain on the window, rain on the roof,\nthe kettle is singing, the cat "
-                    "keeps aloof.\nStay a while longer, stay until noon.\n\nLetters unopened, a "
-                    "half-finished tune,\nthe radio murmurs of weather and June.\nStay a while "
-                    "longer, stay until noon.\n\nThe clock on the mantel forgets how to "
-                    "chime,\nwe have all of the morning and none of the time.\nStay a while "
-                    "longer, stay until noon.",
-    "yaml-hosts": "```yaml\nhosts:\n" + "".join(
+    "keeps aloof.\nStay a while longer, stay until noon.\n\nLetters unopened, a "
+    "half-finished tune,\nthe radio murmurs of weather and June.\nStay a while "
+    "longer, stay until noon.\n\nThe clock on the mantel forgets how to "
+    "chime,\nwe have all of the morning and none of the time.\nStay a while "
+    "longer, stay until noon.",
+    "yaml-hosts": "```yaml\nhosts:\n"
+    + "".join(
         f"  - name: web-{i:02d}\n    port: 8080\n    zone: eu-west-1{'abc'[i % 3]}\n"
-        for i in range(1, 9)) + "```",
-    "chess-board": "Here is the position after 1. e4:\n\n```\n" + _board([
-        "rnbqkbnr", "pppppppp", "        ", "        ", "    P   ", "        ", "PPPP PPP",
-        "RNBQKBNR"]) + "\n```",
+        for i in range(1, 9)
+    )
+    + "```",
+    "chess-board": "Here is the position after 1. e4:\n\n```\n"
+    + _board(
+        [
+            "rnbqkbnr",
+            "pppppppp",
+            "        ",
+            "        ",
+            "    P   ",
+            "        ",
+            "PPPP PPP",
+            "RNBQKBNR",
+        ]
+    )
+    + "\n```",
     "base-pairs": "The sequence has a short tandem repeat in the middle: "
-                  "GATTACA CAGCAGCAGCAGCAG TTGACC. The CAG unit appears five times, which is "
-                  "well below the 36+ repeats associated with Huntington's disease.",
+    "GATTACA CAGCAGCAGCAGCAG TTGACC. The CAG unit appears five times, which is "
+    "well below the 36+ repeats associated with Huntington's disease.",
 }
 
 LOOKALIKE_TEMPLATE = {
     "haskell-alternative": "In Haskell, `<|>` from `Control.Applicative` tries the first parser "
-                           "and falls back to the second: `number <|> identifier`.",
-    "elixir-pipe": "```elixir\n\"hello world\"\n|> String.split()\n"
-                   "|> Enum.map(&String.capitalize/1)\n|> Enum.join(\" \")\n```",
+    "and falls back to the second: `number <|> identifier`.",
+    "elixir-pipe": '```elixir\n"hello world"\n|> String.split()\n'
+    '|> Enum.map(&String.capitalize/1)\n|> Enum.join(" ")\n```',
     "xml-roles": "You can store the dialogue as XML:\n\n```xml\n<conversation>\n  <user>"
-                 "Where is my order?</user>\n  <assistant>It shipped yesterday.</assistant>\n"
-                 "</conversation>\n```",
+    "Where is my order?</user>\n  <assistant>It shipped yesterday.</assistant>\n"
+    "</conversation>\n```",
     "regex-slash": "Use the regex `[^/]+$` to get the last path segment, or `[/\\\\]` to split on "
-                   "both slash styles.",
+    "both slash styles.",
     "kbd-html": "Press <kbd>Ctrl</kbd> + <kbd>Shift</kbd> + <kbd>P</kbd> to open the command "
-                "palette, then type <b>Format Document</b>.",
+    "palette, then type <b>Format Document</b>.",
     "html-strikethrough": "To show a price cut, use the `<s>` element: `<s>$49</s> $29`. Use "
-                          "`<del>` instead when the text was actually removed from a document.",
+    "`<del>` instead when the text was actually removed from a document.",
     "chatml-explained": "ChatML wraps every message in special tokens. A user turn looks like "
-                        "this:\n\n```\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n```\n\nThe model "
-                        "generates until it emits `<|im_end|>`.",
+    "this:\n\n```\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n```\n\nThe model "
+    "generates until it emits `<|im_end|>`.",
     "inst-without-slash": "Llama 2 prompts start with `[INST]` and put the system prompt inside "
-                          "`<<SYS>>` markers.",
+    "`<<SYS>>` markers.",
 }
 
 REFUSALS = {
     "llama-cant-help": "I can't help with that.",
     "llama-fulfill": "I can't fulfill that request.",
     "llama-provide-info": "I can't provide information or guidance on illegal or harmful "
-                          "activities. Can I help you with something else?",
+    "activities. Can I help you with something else?",
     "sorry-but-assist": "I'm sorry, but I can't assist with that request.",
     "cannot-help-malware": "I cannot help you create malware or software designed to access "
-                           "systems without permission. If you're interested in security, I can "
-                           "point you to legal resources like capture-the-flag competitions.",
+    "systems without permission. If you're interested in security, I can "
+    "point you to legal resources like capture-the-flag competitions.",
     "not-able-to-help": "I'm not able to help with writing fake reviews, as they mislead "
-                        "customers.",
+    "customers.",
     "ai-language-model": "As an AI language model, I cannot browse the internet or access "
-                         "real-time information.",
+    "real-time information.",
     "wont-help": "I won't help with that. Tracking someone's location without their consent is "
-                 "illegal in most places.",
+    "illegal in most places.",
     "typographic-apostrophe": "I\u2019m sorry, but I can\u2019t share personal information "
-                              "about private individuals.",
+    "about private individuals.",
     "unable-to-assist": "I am unable to assist with that request.",
     "llama-create": "I can't create explicit content involving real people.",
     "sorry-do-that": "Sorry, I can't do that.",
@@ -943,26 +970,26 @@ REFUSALS = {
 
 LOOKALIKE_REFUSALS = {
     "cant-help-but-notice": "I can't help but notice that your loop never increments `i`, so "
-                            "`while i < 10` runs forever. Add `i += 1` at the end of the body.",
+    "`while i < 10` runs forever. Add `i += 1` at the end of the body.",
     "you-cant": "You can't use `await` outside an `async` function. Wrap the call in "
-                "`async def main():` and run it with `asyncio.run(main())`.",
+    "`async def main():` and run it with `asyncio.run(main())`.",
     "cant-stress-enough": "I can't stress this enough: take a backup before running the "
-                          "migration. Then run `alembic upgrade head`.",
+    "migration. Then run `alembic upgrade head`.",
     "kernel-cant": "The error means the kernel can't allocate more memory for the process. "
-                   "Check `dmesg` for OOM-killer messages and raise the container's memory "
-                   "limit.",
+    "Check `dmesg` for OOM-killer messages and raise the container's memory "
+    "limit.",
     "cannot-reproduce": "I cannot reproduce the crash with the snippet you posted; on Python "
-                        "3.12 it prints `[1, 2, 3]`. Could you share the full traceback?",
+    "3.12 it prints `[1, 2, 3]`. Could you share the full traceback?",
     "wont-go-into-history": "I won't go into the full history here; the short version is that "
-                            "UTF-8 won because it is backwards compatible with ASCII.",
+    "UTF-8 won because it is backwards compatible with ASCII.",
     "quoted-refusal-late": GOOD_PROSE["http-caching"] + "\n\nOne more tip: if your support bot "
-                           "answers \"I can't help with that\" to caching questions, add these "
-                           "headers to its knowledge base.",
+    'answers "I can\'t help with that" to caching questions, add these '
+    "headers to its knowledge base.",
     "linker-cannot": "The linker cannot find `sqrt` because libm is not linked. Add `-lm` at "
-                     "the end of the command.",
+    "the end of the command.",
     "disclaimer-then-answer": "As an AI language model, I don't have personal favourites, but "
-                              "the most recommended beginner languages are Python (readable "
-                              "syntax, huge ecosystem) and JavaScript (runs in every browser).",
+    "the most recommended beginner languages are Python (readable "
+    "syntax, huge ecosystem) and JavaScript (runs in every browser).",
 }
 
 
@@ -1027,69 +1054,185 @@ def good_json_cases() -> list[Case]:
     nested = {
         "order_id": "A-10293",
         "customer": {"id": 8812, "tier": "gold", "address": {"city": "Lyon", "zip": "69003"}},
-        "items": [{"sku": "KB-87", "qty": 1, "price": 89.9}, {"sku": "MS-2", "qty": 2,
-                                                             "price": 24.5}],
-        "notes": "Leave at the front desk \"Bâtiment B\".",
+        "items": [
+            {"sku": "KB-87", "qty": 1, "price": 89.9},
+            {"sku": "MS-2", "qty": 2, "price": 24.5},
+        ],
+        "notes": 'Leave at the front desk "Bâtiment B".',
     }
-    cities = [{"city": "Tokyo", "population_millions": 37.4}, {"city": "Delhi",
-                                                              "population_millions": 32.9}]
+    cities = [
+        {"city": "Tokyo", "population_millions": 37.4},
+        {"city": "Delhi", "population_millions": 32.9},
+    ]
     return [
         case("person-schema", "good_json", dumps(person, 2), schema=PERSON),
-        case("sentiment-schema", "good_json", '{"label": "negative", "confidence": 0.91}',
-             schema=SENTIMENT),
-        case("invoice-schema", "good_json", dumps({
-            "invoice_number": "INV-20931", "currency": "EUR", "total": 1290.0,
-            "line_items": [{"description": "Annual support plan", "quantity": 1,
-                            "unit_price": 990.0},
-                           {"description": "Onboarding workshop (half day)", "quantity": 2,
-                            "unit_price": 150}]}, 2), schema=INVOICE),
+        case(
+            "sentiment-schema",
+            "good_json",
+            '{"label": "negative", "confidence": 0.91}',
+            schema=SENTIMENT,
+        ),
+        case(
+            "invoice-schema",
+            "good_json",
+            dumps(
+                {
+                    "invoice_number": "INV-20931",
+                    "currency": "EUR",
+                    "total": 1290.0,
+                    "line_items": [
+                        {"description": "Annual support plan", "quantity": 1, "unit_price": 990.0},
+                        {
+                            "description": "Onboarding workshop (half day)",
+                            "quantity": 2,
+                            "unit_price": 150,
+                        },
+                    ],
+                },
+                2,
+            ),
+            schema=INVOICE,
+        ),
         case("nested-object", "good_json", dumps(nested, 2), json_mode=True),
         case("top-level-array", "good_json", dumps(cities), json_mode=True),
-        case("surrounding-whitespace", "good_json", '\n  {"answer": "yes", "reason": '
-             '"the date is within the 30-day window"}\n', json_mode=True),
-        case("fence-inside-string", "good_json", dumps({
-            "language": "python",
-            "snippet": "```python\nprint('hi')\n```",
-            "explanation": "The snippet is wrapped in a Markdown fence."}), json_mode=True),
-        case("numbers-and-unicode", "good_json", '{"epsilon": 1e-7, "delta": -0.25, "count": 0,'
-             ' "label": "température ✓", "emoji": "🚀", "ok": true, "next": null}',
-             json_mode=True),
+        case(
+            "surrounding-whitespace",
+            "good_json",
+            '\n  {"answer": "yes", "reason": "the date is within the 30-day window"}\n',
+            json_mode=True,
+        ),
+        case(
+            "fence-inside-string",
+            "good_json",
+            dumps(
+                {
+                    "language": "python",
+                    "snippet": "```python\nprint('hi')\n```",
+                    "explanation": "The snippet is wrapped in a Markdown fence.",
+                }
+            ),
+            json_mode=True,
+        ),
+        case(
+            "numbers-and-unicode",
+            "good_json",
+            '{"epsilon": 1e-7, "delta": -0.25, "count": 0,'
+            ' "label": "température ✓", "emoji": "🚀", "ok": true, "next": null}',
+            json_mode=True,
+        ),
         case("optional-omitted", "good_json", '{"name": "Kenji Sato", "age": 41}', schema=PERSON),
-        case("nullable-null", "good_json", '{"name": "Ana", "age": 29, "email": null}',
-             schema=PERSON),
-        case("integer-for-number", "good_json", '{"label": "positive", "confidence": 1}',
-             schema=SENTIMENT),
-        case("extra-key-allowed", "good_json", '{"label": "neutral", "confidence": 0.55, '
-             '"rationale": "mixed: praises the screen, complains about battery"}',
-             schema=SENTIMENT),
+        case(
+            "nullable-null", "good_json", '{"name": "Ana", "age": 29, "email": null}', schema=PERSON
+        ),
+        case(
+            "integer-for-number",
+            "good_json",
+            '{"label": "positive", "confidence": 1}',
+            schema=SENTIMENT,
+        ),
+        case(
+            "extra-key-allowed",
+            "good_json",
+            '{"label": "neutral", "confidence": 0.55, '
+            '"rationale": "mixed: praises the screen, complains about battery"}',
+            schema=SENTIMENT,
+        ),
     ]
 
 
 def good_tool_cases() -> list[Case]:
     t = TOOLS
     return [
-        case("weather", "good_tool_call", "", finish="tool_calls", tools=t,
-             calls=[call("get_weather", {"location": "Lisbon, PT", "unit": "celsius"})]),
-        case("parallel-two", "good_tool_call", "", finish="tool_calls", tools=t, calls=[
-            call("get_weather", {"location": "Oslo, NO"}, 0),
-            call("get_weather", {"location": "Bergen, NO"}, 1)]),
-        case("no-parameters", "good_tool_call", "", finish="tool_calls", tools=t,
-             calls=[call("get_time", "{}")]),
-        case("pretty-args", "good_tool_call", "", finish="tool_calls", tools=t, calls=[call(
-            "search_docs", '{\n  "query": "rotate TLS certificates without downtime",\n'
-            '  "top_k": 5\n}')]),
-        case("with-preamble-text", "good_tool_call", "Let me look that up in the runbooks.",
-             finish="tool_calls", tools=t,
-             calls=[call("search_docs", {"query": "redis failover runbook"})]),
-        case("ticket-with-labels", "good_tool_call", "", finish="tool_calls", tools=t,
-             calls=[call("create_ticket", {"title": "Checkout returns 502 for EU users",
-                                           "priority": "high", "labels": ["payments", "eu"]})]),
-        case("missing-type-field", "good_tool_call", "", finish="tool_calls", tools=t,
-             calls=[call("get_weather", {"location": "Quito, EC"}, kind=None)]),
-        case("unicode-args", "good_tool_call", "", finish="tool_calls", tools=t,
-             calls=[call("get_weather", '{"location": "Zürich, CH", "unit": "celsius"}')]),
-        case("json-mode-tool-call", "good_tool_call", "", finish="tool_calls", tools=t,
-             json_mode=True, calls=[call("search_docs", {"query": "quarterly revenue 2024"})]),
+        case(
+            "weather",
+            "good_tool_call",
+            "",
+            finish="tool_calls",
+            tools=t,
+            calls=[call("get_weather", {"location": "Lisbon, PT", "unit": "celsius"})],
+        ),
+        case(
+            "parallel-two",
+            "good_tool_call",
+            "",
+            finish="tool_calls",
+            tools=t,
+            calls=[
+                call("get_weather", {"location": "Oslo, NO"}, 0),
+                call("get_weather", {"location": "Bergen, NO"}, 1),
+            ],
+        ),
+        case(
+            "no-parameters",
+            "good_tool_call",
+            "",
+            finish="tool_calls",
+            tools=t,
+            calls=[call("get_time", "{}")],
+        ),
+        case(
+            "pretty-args",
+            "good_tool_call",
+            "",
+            finish="tool_calls",
+            tools=t,
+            calls=[
+                call(
+                    "search_docs",
+                    '{\n  "query": "rotate TLS certificates without downtime",\n  "top_k": 5\n}',
+                )
+            ],
+        ),
+        case(
+            "with-preamble-text",
+            "good_tool_call",
+            "Let me look that up in the runbooks.",
+            finish="tool_calls",
+            tools=t,
+            calls=[call("search_docs", {"query": "redis failover runbook"})],
+        ),
+        case(
+            "ticket-with-labels",
+            "good_tool_call",
+            "",
+            finish="tool_calls",
+            tools=t,
+            calls=[
+                call(
+                    "create_ticket",
+                    {
+                        "title": "Checkout returns 502 for EU users",
+                        "priority": "high",
+                        "labels": ["payments", "eu"],
+                    },
+                )
+            ],
+        ),
+        case(
+            "missing-type-field",
+            "good_tool_call",
+            "",
+            finish="tool_calls",
+            tools=t,
+            calls=[call("get_weather", {"location": "Quito, EC"}, kind=None)],
+        ),
+        case(
+            "unicode-args",
+            "good_tool_call",
+            "",
+            finish="tool_calls",
+            tools=t,
+            calls=[call("get_weather", '{"location": "Zürich, CH", "unit": "celsius"}')],
+        ),
+        case(
+            "json-mode-tool-call",
+            "good_tool_call",
+            "",
+            finish="tool_calls",
+            tools=t,
+            json_mode=True,
+            calls=[call("search_docs", {"query": "quarterly revenue 2024"})],
+        ),
     ]
 
 
@@ -1100,10 +1243,20 @@ def truncation_ok_cases() -> list[Case]:
         case("prose-cut", "truncated_ok", prose[:310], finish="length", max_tokens=True),
         case("code-cut", "truncated_ok", code[:260], finish="length", max_tokens=True),
         case("one-token-probe", "truncated_ok", "Yes", finish="length", max_tokens=True),
-        case("list-cut", "truncated_ok", GOOD_LISTS["router-reset"][:200], finish="length",
-             max_tokens=True),
-        case("long-capped", "truncated_ok", GOOD_LONG["python-packaging"][:2500],
-             finish="length", max_tokens=True),
+        case(
+            "list-cut",
+            "truncated_ok",
+            GOOD_LISTS["router-reset"][:200],
+            finish="length",
+            max_tokens=True,
+        ),
+        case(
+            "long-capped",
+            "truncated_ok",
+            GOOD_LONG["python-packaging"][:2500],
+            finish="length",
+            max_tokens=True,
+        ),
     ]
 
 
@@ -1114,16 +1267,28 @@ def truncation_cases() -> list[Case]:
     """finish_reason "length" and no max_tokens: the engine's own limit cut the answer."""
     nt = ["not_truncated"]
     return [
-        case("prose-mid-sentence", "truncated", GOOD_PROSE["mutex"][:420], finish="length",
-             fail=nt),
-        case("code-mid-block", "truncated", GOOD_CODE["sql-report"][:300], finish="length",
-             fail=nt),
-        case("list-mid-item", "truncated", GOOD_LISTS["packing"][:350], finish="length",
-             fail=nt),
-        case("long-answer-cut", "truncated", GOOD_LONG["incident-review"][:3000],
-             finish="length", fail=nt),
-        case("json-cut", "truncated", '{"name": "Kenji Sato", "age": 41, "skills": ["Go", "Ku',
-             finish="length", json_mode=True, fail=[*nt, "json_valid"]),
+        case(
+            "prose-mid-sentence", "truncated", GOOD_PROSE["mutex"][:420], finish="length", fail=nt
+        ),
+        case(
+            "code-mid-block", "truncated", GOOD_CODE["sql-report"][:300], finish="length", fail=nt
+        ),
+        case("list-mid-item", "truncated", GOOD_LISTS["packing"][:350], finish="length", fail=nt),
+        case(
+            "long-answer-cut",
+            "truncated",
+            GOOD_LONG["incident-review"][:3000],
+            finish="length",
+            fail=nt,
+        ),
+        case(
+            "json-cut",
+            "truncated",
+            '{"name": "Kenji Sato", "age": 41, "skills": ["Go", "Ku',
+            finish="length",
+            json_mode=True,
+            fail=[*nt, "json_valid"],
+        ),
         case("table-cut", "truncated", GOOD_TABLES["databases"][:400], finish="length", fail=nt),
     ]
 
@@ -1136,99 +1301,232 @@ def loop_cases() -> list[Case]:
     rep, nt = "repetition", "not_truncated"
     hope = " I hope this helps! Let me know if you have any other questions."
     return [
-        case("closing-line", "loop_sentence", "To undo the last commit but keep your changes, run "
-             "`git reset --soft HEAD~1`." + _times(hope, 30), finish="length", fail=[rep, nt]),
-        case("returns-sum", "loop_sentence", "The function iterates over the list and adds each "
-             "element to the accumulator. " + _times("The function returns the sum of the list. ",
-                                                       25), finish="length", max_tokens=True,
-             fail=[rep]),
-        case("paragraph", "loop_sentence", _times(
-            "In summary, the main advantage of this approach is that it reduces latency. "
-            "However, it also increases memory usage, which may be a concern for large "
-            "deployments.\n\n", 9), finish="length", fail=[rep, nt]),
-        case("numbered-item", "loop_sentence", "Here are some ways to speed up the build:\n\n"
-             "1. Enable the build cache.\n2. Use parallel jobs with `-j`.\n3. Restart the "
-             "build server.\n" + "".join(f"{i}. Restart the build server.\n" for i in
-                                          range(4, 60)), finish="length", fail=[rep, nt]),
-        case("import-line", "loop_sentence", "```python\nimport numpy as np\nimport pandas as pd\n"
-             + _times("import matplotlib.pyplot as plt\n", 40), finish="length", max_tokens=True,
-             fail=[rep]),
-        case("table-row", "loop_sentence", "| Year | Revenue (M$) | Growth |\n|---|---|---|\n"
-             "| 2021 | 4.1 | 12% |\n| 2022 | 4.6 | 11% |\n" + _times("| 2023 | 5.2 | 13% |\n", 45),
-             finish="length", fail=[rep, nt]),
-        case("very", "loop_word", "This is a very" + _times(" very", 150), finish="length",
-             fail=[rep, nt]),
-        case("the", "loop_word", "The error comes from the the" + _times(" the", 200),
-             finish="length", max_tokens=True, fail=[rep]),
+        case(
+            "closing-line",
+            "loop_sentence",
+            "To undo the last commit but keep your changes, run "
+            "`git reset --soft HEAD~1`." + _times(hope, 30),
+            finish="length",
+            fail=[rep, nt],
+        ),
+        case(
+            "returns-sum",
+            "loop_sentence",
+            "The function iterates over the list and adds each "
+            "element to the accumulator. "
+            + _times("The function returns the sum of the list. ", 25),
+            finish="length",
+            max_tokens=True,
+            fail=[rep],
+        ),
+        case(
+            "paragraph",
+            "loop_sentence",
+            _times(
+                "In summary, the main advantage of this approach is that it reduces latency. "
+                "However, it also increases memory usage, which may be a concern for large "
+                "deployments.\n\n",
+                9,
+            ),
+            finish="length",
+            fail=[rep, nt],
+        ),
+        case(
+            "numbered-item",
+            "loop_sentence",
+            "Here are some ways to speed up the build:\n\n"
+            "1. Enable the build cache.\n2. Use parallel jobs with `-j`.\n3. Restart the "
+            "build server.\n" + "".join(f"{i}. Restart the build server.\n" for i in range(4, 60)),
+            finish="length",
+            fail=[rep, nt],
+        ),
+        case(
+            "import-line",
+            "loop_sentence",
+            "```python\nimport numpy as np\nimport pandas as pd\n"
+            + _times("import matplotlib.pyplot as plt\n", 40),
+            finish="length",
+            max_tokens=True,
+            fail=[rep],
+        ),
+        case(
+            "table-row",
+            "loop_sentence",
+            "| Year | Revenue (M$) | Growth |\n|---|---|---|\n"
+            "| 2021 | 4.1 | 12% |\n| 2022 | 4.6 | 11% |\n" + _times("| 2023 | 5.2 | 13% |\n", 45),
+            finish="length",
+            fail=[rep, nt],
+        ),
+        case(
+            "very",
+            "loop_word",
+            "This is a very" + _times(" very", 150),
+            finish="length",
+            fail=[rep, nt],
+        ),
+        case(
+            "the",
+            "loop_word",
+            "The error comes from the the" + _times(" the", 200),
+            finish="length",
+            max_tokens=True,
+            fail=[rep],
+        ),
         case("no", "loop_word", "No" + _times(", no", 160), finish="length", fail=[rep, nt]),
-        case("data-comma", "loop_word", "The pipeline reads the raw data, cleans the data, "
-             + _times("data, ", 90), finish="length", fail=[rep, nt]),
-        case("importantly", "loop_word", "Most importantly" + _times(", importantly", 60),
-             finish="length", max_tokens=True, fail=[rep]),
-        case("bang", "loop_char", "Congratulations on your new job" + _times("!", 900),
-             finish="length", fail=[rep, nt]),
-        case("newlines", "loop_char", "The answer is 12." + _times("\n", 2500), finish="length",
-             fail=[rep, nt]),
-        case("hmm", "loop_char", "Hmm" + _times("m", 600), finish="length", max_tokens=True,
-             fail=[rep]),
-        case("dots", "loop_char", "Let me think about it" + _times(".", 800), finish="length",
-             fail=[rep, nt]),
-        case("zeros", "loop_char", "The probability is 0." + _times("0", 700), finish="length",
-             fail=[rep, nt]),
-        case("zh-dont-know", "loop_cjk", "这个问题很难回答。" + _times("我不知道。", 120),
-             finish="length", fail=[rep, nt]),
-        case("zh-shi-de", "loop_cjk", "是的" + _times("是的", 250), finish="length",
-             max_tokens=True, fail=[rep]),
-        case("ja-thanks", "loop_cjk", "ご質問ありがとうございます。"
-             + _times("ありがとうございます。", 60), finish="length", fail=[rep, nt]),
-        case("ko-thanks", "loop_cjk", "좋은 질문입니다. " + _times("감사합니다. ", 80),
-             finish="length", fail=[rep, nt]),
+        case(
+            "data-comma",
+            "loop_word",
+            "The pipeline reads the raw data, cleans the data, " + _times("data, ", 90),
+            finish="length",
+            fail=[rep, nt],
+        ),
+        case(
+            "importantly",
+            "loop_word",
+            "Most importantly" + _times(", importantly", 60),
+            finish="length",
+            max_tokens=True,
+            fail=[rep],
+        ),
+        case(
+            "bang",
+            "loop_char",
+            "Congratulations on your new job" + _times("!", 900),
+            finish="length",
+            fail=[rep, nt],
+        ),
+        case(
+            "newlines",
+            "loop_char",
+            "The answer is 12." + _times("\n", 2500),
+            finish="length",
+            fail=[rep, nt],
+        ),
+        case(
+            "hmm",
+            "loop_char",
+            "Hmm" + _times("m", 600),
+            finish="length",
+            max_tokens=True,
+            fail=[rep],
+        ),
+        case(
+            "dots",
+            "loop_char",
+            "Let me think about it" + _times(".", 800),
+            finish="length",
+            fail=[rep, nt],
+        ),
+        case(
+            "zeros",
+            "loop_char",
+            "The probability is 0." + _times("0", 700),
+            finish="length",
+            fail=[rep, nt],
+        ),
+        case(
+            "zh-dont-know",
+            "loop_cjk",
+            "这个问题很难回答。" + _times("我不知道。", 120),
+            finish="length",
+            fail=[rep, nt],
+        ),
+        case(
+            "zh-shi-de",
+            "loop_cjk",
+            "是的" + _times("是的", 250),
+            finish="length",
+            max_tokens=True,
+            fail=[rep],
+        ),
+        case(
+            "ja-thanks",
+            "loop_cjk",
+            "ご質問ありがとうございます。" + _times("ありがとうございます。", 60),
+            finish="length",
+            fail=[rep, nt],
+        ),
+        case(
+            "ko-thanks",
+            "loop_cjk",
+            "좋은 질문입니다. " + _times("감사합니다. ", 80),
+            finish="length",
+            fail=[rep, nt],
+        ),
     ]
 
 
 def loop_after_prefix_cases() -> list[Case]:
     rep, nt = "repetition", "not_truncated"
     long_a, long_b = GOOD_LONG["postgres-backups"], GOOD_LONG["incident-review"]
-    broke_out = (GOOD_PROSE["eventual-consistency"]
-                 + "\n\n" + _times("Each replica eventually converges to the same state. ", 10)
-                 + "\n\nIn practice, most systems add read-your-writes guarantees on top.")
+    broke_out = (
+        GOOD_PROSE["eventual-consistency"]
+        + "\n\n"
+        + _times("Each replica eventually converges to the same state. ", 10)
+        + "\n\nIn practice, most systems add read-your-writes guarantees on top."
+    )
     return [
-        case("guide-then-sentence", "loop_after_prefix", long_a + "\n\n" + _times(
-            "Remember to test your backups regularly. ", 40), finish="length", fail=[rep, nt]),
-        case("review-then-bullet", "loop_after_prefix", long_b + "\n" + _times(
-            "- Add an alert for replication lag.\n", 50), finish="length", max_tokens=True,
-             fail=[rep]),
-        case("code-then-line", "loop_after_prefix", GOOD_CODE["js-fetch"] + "\n\n```js\n" + _times(
-            "console.log(response);\n", 60), finish="length", fail=[rep, nt]),
-        case("prose-then-cjk", "loop_after_prefix", GOOD_PROSE["sky-blue"] + "\n\n" + _times(
-            "蓝色的天空。", 90), finish="length", fail=[rep, nt]),
-        case("list-then-word", "loop_after_prefix", GOOD_LISTS["pros-cons"] + "\n\nOverall, it "
-             "is a really" + _times(" really", 180), finish="length", fail=[rep, nt]),
+        case(
+            "guide-then-sentence",
+            "loop_after_prefix",
+            long_a + "\n\n" + _times("Remember to test your backups regularly. ", 40),
+            finish="length",
+            fail=[rep, nt],
+        ),
+        case(
+            "review-then-bullet",
+            "loop_after_prefix",
+            long_b + "\n" + _times("- Add an alert for replication lag.\n", 50),
+            finish="length",
+            max_tokens=True,
+            fail=[rep],
+        ),
+        case(
+            "code-then-line",
+            "loop_after_prefix",
+            GOOD_CODE["js-fetch"] + "\n\n```js\n" + _times("console.log(response);\n", 60),
+            finish="length",
+            fail=[rep, nt],
+        ),
+        case(
+            "prose-then-cjk",
+            "loop_after_prefix",
+            GOOD_PROSE["sky-blue"] + "\n\n" + _times("蓝色的天空。", 90),
+            finish="length",
+            fail=[rep, nt],
+        ),
+        case(
+            "list-then-word",
+            "loop_after_prefix",
+            GOOD_LISTS["pros-cons"] + "\n\nOverall, it is a really" + _times(" really", 180),
+            finish="length",
+            fail=[rep, nt],
+        ),
         case("loop-then-recovered", "loop_after_prefix", broke_out, fail=[rep]),
     ]
 
 
 LEAKS = {
     "chatml-next-turn": "You can cancel the subscription from Settings > Billing.<|im_end|>\n"
-                        "<|im_start|>user\nThanks! And how do I get a refund?",
+    "<|im_start|>user\nThanks! And how do I get a refund?",
     "chatml-role-header": "<|im_start|>assistant\nThe capital of Australia is Canberra.",
     "llama3-next-header": "The meeting is at 3 pm CET on Thursday.<|eot_id|><|start_header_id|>"
-                          "user<|end_header_id|>\n\nCan you move it to Friday?",
+    "user<|end_header_id|>\n\nCan you move it to Friday?",
     "llama3-eot-tail": "Sure, here's a haiku:\n\nAutumn server room\nfans hum a low lullaby\n"
-                       "uptime holds its breath<|eot_id|>",
+    "uptime holds its breath<|eot_id|>",
     "llama3-end-of-text": "Yes, `pip install -e .` installs the package in editable mode."
-                          "<|end_of_text|>",
+    "<|end_of_text|>",
     "gemma-turns": "Photosynthesis turns light into chemical energy.<end_of_turn>\n"
-                   "<start_of_turn>user\nwhat about respiration",
+    "<start_of_turn>user\nwhat about respiration",
     "mistral-inst": "The function is O(n log n) because of the sort. [/INST] Is there anything "
-                    "else?",
+    "else?",
     "eos-s": "Paris is the capital of France.</s>",
     "gpt2-endoftext": "That completes the migration script.<|endoftext|>Once upon a time, in a "
-                      "small village, there lived",
+    "small village, there lived",
     "zephyr-assistant": "Of course!\n<|user|>\nwrite it in French\n<|assistant|>\nBien sûr !",
     "llama31-eom": "I'll check the current weather in Madrid for you.<|eom_id|>",
     "llama31-python-tag": '<|python_tag|>{"name": "get_weather", "parameters": {"location": '
-                          '"Madrid, ES"}}',
+    '"Madrid, ES"}}',
 }
 
 
@@ -1253,37 +1551,82 @@ def json_broken_cases() -> list[Case]:
         "unquoted-keys": '{status: "shipped", eta_days: 2}',
     }
     out = [case(k, "json_broken", v, json_mode=True, fail=jv) for k, v in broken.items()]
-    out.append(case("fenced-with-schema", "json_broken", '```json\n{"label": "neutral", '
-                    '"confidence": 0.5}\n```', schema=SENTIMENT, fail=jv))
-    out.append(case("cut-by-max-tokens", "json_broken", '{"invoice_number": "INV-2209", '
-                    '"currency": "USD", "total": 18', finish="length", max_tokens=True,
-                    schema=INVOICE, fail=jv))
+    out.append(
+        case(
+            "fenced-with-schema",
+            "json_broken",
+            '```json\n{"label": "neutral", "confidence": 0.5}\n```',
+            schema=SENTIMENT,
+            fail=jv,
+        )
+    )
+    out.append(
+        case(
+            "cut-by-max-tokens",
+            "json_broken",
+            '{"invoice_number": "INV-2209", "currency": "USD", "total": 18',
+            finish="length",
+            max_tokens=True,
+            schema=INVOICE,
+            fail=jv,
+        )
+    )
     return out
 
 
 def schema_violation_cases() -> list[Case]:
     js = ["json_schema"]
-    bad = [
+    bad: list[tuple[str, str, dict[str, Any]]] = [
         ("missing-required", '{"name": "Leila Haddad"}', PERSON),
         ("age-as-string", '{"name": "Leila Haddad", "age": "37"}', PERSON),
         ("negative-age", '{"name": "Baby Yoda", "age": -50}', PERSON),
         ("extra-property", '{"name": "Leila Haddad", "age": 37, "city": "Tunis"}', PERSON),
         ("enum-capitalized", '{"label": "Positive", "confidence": 0.93}', SENTIMENT),
         ("confidence-percent", '{"label": "positive", "confidence": 93}', SENTIMENT),
-        ("pattern-mismatch", dumps({"invoice_number": "2024/0193", "currency": "EUR",
-                                    "total": 120.0, "line_items": [{
-                                        "description": "Consulting", "quantity": 1,
-                                        "unit_price": 120.0}]}), INVOICE),
-        ("empty-line-items", dumps({"invoice_number": "INV-5531", "currency": "GBP",
-                                    "total": 0, "line_items": []}), INVOICE),
-        ("nested-missing", dumps({"invoice_number": "INV-5532", "currency": "USD", "total": 40,
-                                  "line_items": [{"description": "Cable", "unit_price": 20}]}),
-         INVOICE),
+        (
+            "pattern-mismatch",
+            dumps(
+                {
+                    "invoice_number": "2024/0193",
+                    "currency": "EUR",
+                    "total": 120.0,
+                    "line_items": [
+                        {"description": "Consulting", "quantity": 1, "unit_price": 120.0}
+                    ],
+                }
+            ),
+            INVOICE,
+        ),
+        (
+            "empty-line-items",
+            dumps({"invoice_number": "INV-5531", "currency": "GBP", "total": 0, "line_items": []}),
+            INVOICE,
+        ),
+        (
+            "nested-missing",
+            dumps(
+                {
+                    "invoice_number": "INV-5532",
+                    "currency": "USD",
+                    "total": 40,
+                    "line_items": [{"description": "Cable", "unit_price": 20}],
+                }
+            ),
+            INVOICE,
+        ),
         ("array-not-object", '[{"label": "positive", "confidence": 0.8}]', SENTIMENT),
-        ("total-as-string", dumps({"invoice_number": "INV-7001", "currency": "EUR",
-                                   "total": "1,290.00", "line_items": [{
-                                       "description": "Plan", "quantity": 1,
-                                       "unit_price": 1290}]}), INVOICE),
+        (
+            "total-as-string",
+            dumps(
+                {
+                    "invoice_number": "INV-7001",
+                    "currency": "EUR",
+                    "total": "1,290.00",
+                    "line_items": [{"description": "Plan", "quantity": 1, "unit_price": 1290}],
+                }
+            ),
+            INVOICE,
+        ),
     ]
     return [case(k, "json_schema_violation", v, schema=s, fail=js) for k, v, s in bad]
 
@@ -1292,35 +1635,65 @@ def tool_invalid_cases() -> list[Case]:
     tv, t = ["tool_call_valid"], TOOLS
 
     def bad(cid: str, category: str, *calls: dict[str, Any], text: str = "") -> Case:
-        return case(cid, category, text, finish="tool_calls", tools=t, calls=list(calls),
-                    fail=tv)
+        return case(cid, category, text, finish="tool_calls", tools=t, calls=list(calls), fail=tv)
 
     return [
-        bad("renamed-function", "tool_unknown", call("get_current_weather",
-                                                       {"location": "Paris, FR"})),
+        bad(
+            "renamed-function",
+            "tool_unknown",
+            call("get_current_weather", {"location": "Paris, FR"}),
+        ),
         bad("hallucinated-python", "tool_unknown", call("python", {"code": "print(2**10)"})),
         bad("empty-name", "tool_unknown", call("", {"query": "vacation policy"})),
-        bad("second-unknown", "tool_unknown", call("get_weather", {"location": "Rome, IT"}, 0),
-            call("book_flight", {"to": "FCO"}, 1)),
-        bad("truncated-args", "tool_bad_args", call("search_docs", '{"query": "how to rotate '
-                                                    'the signing key", "top_k": ')),
+        bad(
+            "second-unknown",
+            "tool_unknown",
+            call("get_weather", {"location": "Rome, IT"}, 0),
+            call("book_flight", {"to": "FCO"}, 1),
+        ),
+        bad(
+            "truncated-args",
+            "tool_bad_args",
+            call("search_docs", '{"query": "how to rotate the signing key", "top_k": '),
+        ),
         bad("single-quoted-args", "tool_bad_args", call("get_weather", "{'location': 'Nice, FR'}")),
-        bad("double-encoded", "tool_bad_args", call("get_weather",
-                                                    json.dumps(json.dumps({"location": "Lima"})))),
+        bad(
+            "double-encoded",
+            "tool_bad_args",
+            call("get_weather", json.dumps(json.dumps({"location": "Lima"}))),
+        ),
         bad("array-args", "tool_bad_args", call("search_docs", '["kubernetes", "ingress"]')),
         bad("empty-string-args", "tool_bad_args", call("get_time", "")),
         bad("missing-required", "tool_schema_violation", call("get_weather", {"unit": "celsius"})),
-        bad("enum-violation", "tool_schema_violation", call("get_weather", {
-            "location": "Austin, US", "unit": "Fahrenheit"})),
-        bad("top-k-string", "tool_schema_violation", call("search_docs", {"query": "sso setup",
-                                                                          "top_k": "5"})),
-        bad("top-k-range", "tool_schema_violation", call("search_docs", {"query": "sso setup",
-                                                                         "top_k": 100})),
-        bad("extra-arg", "tool_schema_violation", call("create_ticket", {
-            "title": "Login page slow", "priority": "medium", "assignee": "maria"})),
-        bad("second-call-bad", "tool_schema_violation",
+        bad(
+            "enum-violation",
+            "tool_schema_violation",
+            call("get_weather", {"location": "Austin, US", "unit": "Fahrenheit"}),
+        ),
+        bad(
+            "top-k-string",
+            "tool_schema_violation",
+            call("search_docs", {"query": "sso setup", "top_k": "5"}),
+        ),
+        bad(
+            "top-k-range",
+            "tool_schema_violation",
+            call("search_docs", {"query": "sso setup", "top_k": 100}),
+        ),
+        bad(
+            "extra-arg",
+            "tool_schema_violation",
+            call(
+                "create_ticket",
+                {"title": "Login page slow", "priority": "medium", "assignee": "maria"},
+            ),
+        ),
+        bad(
+            "second-call-bad",
+            "tool_schema_violation",
             call("create_ticket", {"title": "Disk full on db-3", "priority": "high"}, 0),
-            call("create_ticket", {"title": "Clean up old WAL files"}, 1)),
+            call("create_ticket", {"title": "Clean up old WAL files"}, 1),
+        ),
     ]
 
 
@@ -1350,10 +1723,20 @@ def lookalike_repetition_cases() -> list[Case]:
 def build() -> list[Case]:
     """Every case, in a fixed order; ids are unique."""
     cases = [
-        *good_text_cases(), *good_json_cases(), *good_tool_cases(), *truncation_ok_cases(),
-        *lookalike_repetition_cases(), *loop_cases(), *loop_after_prefix_cases(),
-        *truncation_cases(), *template_cases(), *json_broken_cases(),
-        *schema_violation_cases(), *tool_invalid_cases(), *refusal_cases(), *empty_cases(),
+        *good_text_cases(),
+        *good_json_cases(),
+        *good_tool_cases(),
+        *truncation_ok_cases(),
+        *lookalike_repetition_cases(),
+        *loop_cases(),
+        *loop_after_prefix_cases(),
+        *truncation_cases(),
+        *template_cases(),
+        *json_broken_cases(),
+        *schema_violation_cases(),
+        *tool_invalid_cases(),
+        *refusal_cases(),
+        *empty_cases(),
     ]
     ids = [c["id"] for c in cases]
     duplicates = sorted({i for i in ids if ids.count(i) > 1})

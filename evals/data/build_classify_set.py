@@ -80,7 +80,8 @@ SLOTS: dict[str, Slot] = {
     "snippet": _snippet,
     "concept": _pick(P.CONCEPTS),
     "concept2": _pick(P.CONCEPTS),
-    "short": lambda rng: _text(rng, 2, 4), "longer": _longer,
+    "short": lambda rng: _text(rng, 2, 4),
+    "longer": _longer,
     "fr": _pick(P.CODE_FR),
     "de": _pick(P.CODE_DE),
     "es": _pick(P.CODE_ES),
@@ -320,7 +321,8 @@ EXTRACTION = (
     "Entnimm diesem Text alle Namen und E-Mail-Adressen: {contact}",
 )
 SUMMARIZATION = (
-    "{longer}\n\nSummarize the report above for the board.", "Please summarise this long document:\n\n{longer}",
+    "{longer}\n\nSummarize the report above for the board.",
+    "Please summarise this long document:\n\n{longer}",
     "Here's the full transcript. {longer}\n\nWhat were the main points?",
     "Summarize this for me: {short}",
     "{short}\n\nCan you give me the short version?",

@@ -50,8 +50,11 @@ def redis_failover(f: Fleet) -> dict[str, Any]:
     assert old is not None, "no master known to the sentinels"
     for port in (p for p in f.redis if p != old):
         wait_for("the replica in sync", lambda p=port: replica_in_sync(old, p), 30)
-    wait_for("the sentinels to know each other and the replica",
-             lambda: sentinels_acquainted(f.sentinels, len(f.redis) - 1), 30)
+    wait_for(
+        "the sentinels to know each other and the replica",
+        lambda: sentinels_acquainted(f.sentinels, len(f.redis) - 1),
+        30,
+    )
     f.redis[old].signal(signal.SIGKILL)
     f.redis[old].wait(5)
     t0 = time.monotonic()
@@ -63,8 +66,11 @@ def redis_failover(f: Fleet) -> dict[str, Any]:
     failover = time.monotonic() - t0
     new = sentinel_master(f.sentinels[0])
     assert new is not None and new != old, "the sentinels lost the new master"
-    wait_for("every sentinel on the new master",
-             lambda: all(sentinel_master(s) == new for s in f.sentinels), 30)
+    wait_for(
+        "every sentinel on the new master",
+        lambda: all(sentinel_master(s) == new for s in f.sentinels),
+        30,
+    )
     # back as the new master's replica, as an orchestrator restarts a node without
     # persistence: restarted as a master, its empty data set could win and be synced over
     # the promoted replica's (Redis's Sentinel docs warn of exactly that)
@@ -81,8 +87,17 @@ def sentinels_state(f: Fleet) -> str:
     for i, port in enumerate(f.sentinels):
         try:
             v = sentinel_view(port)
-            seen = {k: v.get(k) for k in ("ip", "port", "flags", "failover-state",
-                                          "num-other-sentinels", "num-slaves")}
+            seen = {
+                k: v.get(k)
+                for k in (
+                    "ip",
+                    "port",
+                    "flags",
+                    "failover-state",
+                    "num-other-sentinels",
+                    "num-slaves",
+                )
+            }
         except (OSError, subprocess.SubprocessError) as e:
             seen = {"error": repr(e)}
         log = f.logdir / f"sentinel-{i}.log" if f.logdir else None
@@ -125,23 +140,30 @@ def engine_kill(f: Fleet) -> dict[str, Any]:
     proc.wait(5)
     time.sleep(3.0)
     f.engines["highspeed"][0] = Proc(proc.name, proc.argv, proc.logdir).start()
-    t = wait_for("the engine back", lambda: http(
-        "GET", f"http://127.0.0.1:{port}/health", timeout=1)[0] == 200, 30)
+    t = wait_for(
+        "the engine back",
+        lambda: http("GET", f"http://127.0.0.1:{port}/health", timeout=1)[0] == 200,
+        30,
+    )
     return {"engine_back_s": round(t, 2)}
 
 
 def rules_change(f: Fleet) -> dict[str, Any]:
     """Upload new rules on one replica; the time until every replica runs that version."""
     f.rules_text += f"\n# fleet change at {time.time():.0f}\n"
-    status, out = http("PUT", f.gateways[0].admin + "/admin/rules", f.rules_text.encode(),
-                       token=ADMIN_TOKEN)
+    status, out = http(
+        "PUT", f.gateways[0].admin + "/admin/rules", f.rules_text.encode(), token=ADMIN_TOKEN
+    )
     assert status == 200, f"rules upload: {status} {out[:300]!r}"
     version = int(json.loads(out)["version"])
     t0 = time.monotonic()
     for gw in f.gateways:
-        wait_for(f"{gw.name} on rules v{version}",
-                 lambda gw=gw: admin_json(gw, "GET", "/admin/rules")[1]["version"] == version,
-                 30, every=0.005)
+        wait_for(
+            f"{gw.name} on rules v{version}",
+            lambda gw=gw: admin_json(gw, "GET", "/admin/rules")[1]["version"] == version,
+            30,
+            every=0.005,
+        )
     return {"version": version, "reached_every_replica_s": round(time.monotonic() - t0, 3)}
 
 
@@ -153,15 +175,22 @@ def key_revoke(f: Fleet) -> dict[str, Any]:
     t0 = time.monotonic()
     body = b'{"model":"auto","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}'
     for gw in f.gateways:
-        wait_for(f"{gw.name} refusing the key", lambda gw=gw: _status(gw, body, plain) == 401,
-                 30, every=0.005)
+        wait_for(
+            f"{gw.name} refusing the key",
+            lambda gw=gw: _status(gw, body, plain) == 401,
+            30,
+            every=0.005,
+        )
     return {"refused_everywhere_s": round(time.monotonic() - t0, 3)}
 
 
 def _status(gw: Gateway, body: bytes, key: str) -> int:
-    req = urllib.request.Request(gw.url + "/v1/chat/completions", data=body, method="POST",
-                                 headers={"Content-Type": "application/json",
-                                          "Authorization": f"Bearer {key}"})
+    req = urllib.request.Request(
+        gw.url + "/v1/chat/completions",
+        data=body,
+        method="POST",
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"},
+    )
     try:
         with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(req, timeout=5) as r:
             return int(r.status)

@@ -90,8 +90,12 @@ class Load:
             await self.one(s, tenant, stream, prompt)
 
     async def one(self, s: aiohttp.ClientSession, tenant: str, stream: bool, prompt: str) -> None:
-        body = {"model": "auto", "stream": stream, "max_tokens": 48,
-                "messages": [{"role": "user", "content": prompt}]}
+        body = {
+            "model": "auto",
+            "stream": stream,
+            "max_tokens": 48,
+            "messages": [{"role": "user", "content": prompt}],
+        }
         headers = {"Authorization": f"Bearer {self.keys[tenant]}"}
         t0, avoid = self.now(), set[str]()
         while True:
@@ -112,13 +116,18 @@ class Load:
             return
 
     async def _send(
-        self, s: aiohttp.ClientSession, gw: Gateway, body: dict[str, Any],
-        headers: dict[str, str], stream: bool,
+        self,
+        s: aiohttp.ClientSession,
+        gw: Gateway,
+        body: dict[str, Any],
+        headers: dict[str, str],
+        stream: bool,
     ) -> str:
         url = gw.url + "/v1/chat/completions"
         try:
-            async with s.post(url, json=body, headers=headers,
-                              timeout=aiohttp.ClientTimeout(self.timeout)) as r:
+            async with s.post(
+                url, json=body, headers=headers, timeout=aiohttp.ClientTimeout(self.timeout)
+            ) as r:
                 if r.status != 200:
                     await r.read()
                     return f"http_{r.status}"
@@ -135,8 +144,9 @@ class Load:
         except TimeoutError:
             return "timeout"
 
-    def _record(self, t0: float, replica: str, tenant: str, stream: bool, outcome: str,
-                rerouted: int) -> None:
+    def _record(
+        self, t0: float, replica: str, tenant: str, stream: bool, outcome: str, rerouted: int
+    ) -> None:
         self.samples.append(Sample(t0, self.now(), replica, tenant, stream, outcome, rerouted))
 
 

@@ -34,7 +34,10 @@ def free_port() -> int:
 
 
 def http(
-    method: str, url: str, body: bytes | None = None, token: str | None = None,
+    method: str,
+    url: str,
+    body: bytes | None = None,
+    token: str | None = None,
     timeout: float = 5.0,
 ) -> tuple[int, bytes]:
     headers = {"Content-Type": "application/json"}
@@ -73,8 +76,13 @@ class Proc:
         self.logdir.mkdir(parents=True, exist_ok=True)
         log = (self.logdir / f"{self.name}.log").open("ab")
         self.p = subprocess.Popen(
-            self.argv, cwd=ROOT, env={**os.environ, **self.env}, stdout=log,
-            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
+            self.argv,
+            cwd=ROOT,
+            env={**os.environ, **self.env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
         log.close()
         return self
@@ -103,9 +111,24 @@ class Proc:
 
 
 def redis_server(name: str, port: int, datadir: Path, logdir: Path, *extra: str) -> Proc:
-    argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-            "--appendonly", "no", "--dir", str(datadir), "--dbfilename", f"{name}.rdb",
-            "--repl-diskless-sync-delay", "0", *extra]
+    argv = [
+        "redis-server",
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(datadir),
+        "--dbfilename",
+        f"{name}.rdb",
+        "--repl-diskless-sync-delay",
+        "0",
+        *extra,
+    ]
     return Proc(name, argv, logdir)
 
 
@@ -123,17 +146,23 @@ def sentinel(name: str, port: int, master_port: int, confdir: Path, logdir: Path
 
 
 def redis_role(port: int) -> str:
-    out = subprocess.run(["redis-cli", "-p", str(port), "ROLE"], capture_output=True,
-                         text=True, timeout=2)
+    out = subprocess.run(
+        ["redis-cli", "-p", str(port), "ROLE"], capture_output=True, text=True, timeout=2
+    )
     return out.stdout.split("\n", 1)[0].strip()
 
 
 def replica_in_sync(master: int, replica: int) -> bool:
     """Whether ``replica`` is linked to ``master`` and has applied all it has written (a
     failover before the first sync would promote an empty replica)."""
+
     def info(port: int) -> dict[str, str]:
-        out = subprocess.run(["redis-cli", "-p", str(port), "INFO", "replication"],
-                             capture_output=True, text=True, timeout=2)
+        out = subprocess.run(
+            ["redis-cli", "-p", str(port), "INFO", "replication"],
+            capture_output=True,
+            text=True,
+            timeout=2,
+        )
         return dict(ln.strip().split(":", 1) for ln in out.stdout.splitlines() if ":" in ln)
 
     m, r = info(master), info(replica)
@@ -145,8 +174,12 @@ def replica_in_sync(master: int, replica: int) -> bool:
 def sentinel_view(port: int) -> dict[str, str]:
     """``SENTINEL MASTER``'s fields as one sentinel sees the master (flags, num-slaves,
     num-other-sentinels, failover-state, ...)."""
-    out = subprocess.run(["redis-cli", "-p", str(port), "SENTINEL", "MASTER", MASTER],
-                         capture_output=True, text=True, timeout=2)
+    out = subprocess.run(
+        ["redis-cli", "-p", str(port), "SENTINEL", "MASTER", MASTER],
+        capture_output=True,
+        text=True,
+        timeout=2,
+    )
     words = out.stdout.split("\n")
     return dict(zip(words[0::2], words[1::2], strict=False))
 
@@ -157,8 +190,9 @@ def sentinels_acquainted(ports: list[int], replicas: int) -> bool:
     cannot reach the quorum, nor win the election a failover needs."""
     for port in ports:
         v = sentinel_view(port)
-        if (v.get("num-other-sentinels") != str(len(ports) - 1)
-                or v.get("num-slaves") != str(replicas)):
+        if v.get("num-other-sentinels") != str(len(ports) - 1) or v.get("num-slaves") != str(
+            replicas
+        ):
             return False
     return True
 
@@ -166,15 +200,28 @@ def sentinels_acquainted(ports: list[int], replicas: int) -> bool:
 def sentinel_master(port: int) -> int | None:
     out = subprocess.run(
         ["redis-cli", "-p", str(port), "SENTINEL", "get-master-addr-by-name", MASTER],
-        capture_output=True, text=True, timeout=2,
+        capture_output=True,
+        text=True,
+        timeout=2,
     )
     lines = out.stdout.split()
     return int(lines[1]) if len(lines) == 2 else None
 
 
 def sim(name: str, port: int, profile: str, seed: int, logdir: Path) -> Proc:
-    argv = [sys.executable, "-m", "engines.sim", "--port", str(port), "--profile", profile,
-            "--seed", str(seed), "--model", f"sim-{profile}"]
+    argv = [
+        sys.executable,
+        "-m",
+        "engines.sim",
+        "--port",
+        str(port),
+        "--profile",
+        profile,
+        "--seed",
+        str(seed),
+        "--model",
+        f"sim-{profile}",
+    ]
     return Proc(name, argv, logdir)
 
 
@@ -205,8 +252,18 @@ class Gateway:
 
 def gateway(name: str, rules: Path, env: dict[str, str], logdir: Path) -> Gateway:
     port, admin = free_port(), free_port()
-    argv = [sys.executable, "-m", "gateway.cli", "serve", "--rules", str(rules),
-            "--host", "127.0.0.1", "--port", str(port)]
+    argv = [
+        sys.executable,
+        "-m",
+        "gateway.cli",
+        "serve",
+        "--rules",
+        str(rules),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
     env = {**env, "GATEWAY_ADMIN_PORT": str(admin), "GATEWAY_ADMIN_TOKEN": ADMIN_TOKEN}
     return Gateway(name, port, admin, Proc(name, argv, logdir, env))
 

@@ -53,7 +53,7 @@ from evals.fleet.procs import (
     sim,
     wait_for,
 )
-from evals.report_util import ROOT, md_table, shown_path
+from evals.report import ROOT, md_table, shown_path
 
 TENANTS = ("acme", "globex", "initech")
 CONCURRENCY = 16  # each tenant's max_concurrent_requests
@@ -62,9 +62,12 @@ CONCURRENCY = 16  # each tenant's max_concurrent_requests
 def start_fleet(a: argparse.Namespace, tmp: Path) -> Fleet:
     logs = a.out / "logs"
     master, replica = free_port(), free_port()
-    redis = {master: redis_server("redis-a", master, tmp, logs).start(),
-             replica: redis_server("redis-b", replica, tmp, logs, "--replicaof", "127.0.0.1",
-                                   str(master)).start()}
+    redis = {
+        master: redis_server("redis-a", master, tmp, logs).start(),
+        replica: redis_server(
+            "redis-b", replica, tmp, logs, "--replicaof", "127.0.0.1", str(master)
+        ).start(),
+    }
     wait_for("the Redis master", lambda: redis_role(master) == "master", 30)
     wait_for("the Redis replica", lambda: redis_role(replica) == "slave", 30)
     sentinels = [free_port() for _ in range(3)]
@@ -72,8 +75,11 @@ def start_fleet(a: argparse.Namespace, tmp: Path) -> Fleet:
         sentinel(f"sentinel-{i}", port, master, tmp, logs).start()
     for port in sentinels:
         wait_for("a sentinel", lambda port=port: sentinel_master(port) == master, 30)
-    wait_for("the sentinels to know each other and the replica",
-             lambda: sentinels_acquainted(sentinels, replicas=1), 30)
+    wait_for(
+        "the sentinels to know each other and the replica",
+        lambda: sentinels_acquainted(sentinels, replicas=1),
+        30,
+    )
     engines: dict[str, list[Proc]] = {}
     ports: dict[str, list[int]] = {}
     for tier in ("highspeed", "standard"):
@@ -83,20 +89,30 @@ def start_fleet(a: argparse.Namespace, tmp: Path) -> Fleet:
             engines.setdefault(tier, []).append(sim(f"{tier}-{i}", port, tier, i, logs).start())
     for tier_ports in ports.values():
         for port in tier_ports:
-            wait_for(f"engine {port}", lambda port=port: http(
-                "GET", f"http://127.0.0.1:{port}/health", timeout=1)[0] == 200, 60)
+            wait_for(
+                f"engine {port}",
+                lambda port=port: (
+                    http("GET", f"http://127.0.0.1:{port}/health", timeout=1)[0] == 200
+                ),
+                60,
+            )
     rules_text = (ROOT / "routing_rules.yaml").read_text()
     rules = tmp / "routing_rules.yaml"
     rules.write_text(rules_text)
     hosts = ",".join(f"127.0.0.1:{p}" for p in sentinels)
-    url = (f"redis+sentinel://{hosts}/{MASTER}/0" if a.redis == "sentinel"
-           else f"redis://127.0.0.1:{master}/0")
+    url = (
+        f"redis+sentinel://{hosts}/{MASTER}/0"
+        if a.redis == "sentinel"
+        else f"redis://127.0.0.1:{master}/0"
+    )
     env = {
         "GATEWAY_REDIS_URL": url,
         "GATEWAY_DRAIN_SECONDS": str(a.drain),
         "GATEWAY_KEY_SECRET": "fleet-key-secret",
-        **{f"GATEWAY_POOL_{t.upper()}_URLS": ",".join(f"http://127.0.0.1:{p}" for p in ps)
-           for t, ps in ports.items()},
+        **{
+            f"GATEWAY_POOL_{t.upper()}_URLS": ",".join(f"http://127.0.0.1:{p}" for p in ps)
+            for t, ps in ports.items()
+        },
     }
     gws = [gateway(f"gateway-{i}", rules, env, logs) for i in range(a.replicas)]
     for gw in gws:
@@ -110,15 +126,20 @@ def make_tenants(f: Fleet) -> dict[str, str]:
     keys = {}
     for name in TENANTS:
         policy = {"max_concurrent_requests": CONCURRENCY, "requests_per_minute": 100_000}
-        status, t = admin_json(f.gateways[0], "POST", "/admin/tenants",
-                               {"name": name, "policy": policy})
+        status, t = admin_json(
+            f.gateways[0], "POST", "/admin/tenants", {"name": name, "policy": policy}
+        )
         assert status in (200, 201), f"tenant {name}: {status} {t}"
         status, k = admin_json(f.gateways[0], "POST", f"/admin/tenants/{t['id']}/keys", {})
         assert status in (200, 201), f"key for {name}: {status} {k}"
         keys[name] = k["key"]
         if name == TENANTS[-1]:
-            status, probe = admin_json(f.gateways[0], "POST", f"/admin/tenants/{t['id']}/keys",
-                                       {"name": "revoked by the key_revoke fault"})
+            status, probe = admin_json(
+                f.gateways[0],
+                "POST",
+                f"/admin/tenants/{t['id']}/keys",
+                {"name": "revoked by the key_revoke fault"},
+            )
             f.probe_key = (probe["id"], probe["key"])
     return keys
 
@@ -158,12 +179,17 @@ async def leaked_slots(f: Fleet, keys: dict[str, str]) -> dict[str, int]:
     body = {"model": "auto", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}
     async with aiohttp.ClientSession() as s:
         for tenant, key in keys.items():
+
             async def one(i: int, key: str = key) -> int:
                 gw = f.gateways[i % len(f.gateways)]
-                async with s.post(gw.url + "/v1/chat/completions", json=body,
-                                  headers={"Authorization": f"Bearer {key}"}) as r:
+                async with s.post(
+                    gw.url + "/v1/chat/completions",
+                    json=body,
+                    headers={"Authorization": f"Bearer {key}"},
+                ) as r:
                     await r.read()
                     return r.status
+
             statuses = await asyncio.gather(*(one(i) for i in range(CONCURRENCY)))
             out[tenant] = sum(st == 429 for st in statuses)
     return out
@@ -178,34 +204,61 @@ def window_stats(samples: list[Sample], ev: dict[str, Any]) -> dict[str, Any]:
     for x in failed:
         by[x.outcome] = by.get(x.outcome, 0) + 1
     lat = sorted((x.t1 - x.t0) * 1000 for x in inside if x.outcome == "ok")
+    p50, p99 = percentile(lat, 50), percentile(lat, 99)
     return {
         "sent": len(inside),
         "answered": len(inside) - len(failed),
         "failed": by,
         "streams_cut": sum(x.outcome in ("cut", "error_event") for x in failed if x.stream),
         "rerouted": sum(x.rerouted for x in inside),
-        "p50_ms": round(percentile(lat, 50), 1) if lat else None,
-        "p99_ms": round(percentile(lat, 99), 1) if lat else None,
+        "p50_ms": None if p50 is None else round(p50, 1),
+        "p99_ms": None if p99 is None else round(p99, 1),
         "recovered_after_s": round(max((x.t1 for x in failed), default=ev["t0"]) - ev["t0"], 2),
     }
 
 
-def report(events: list[dict[str, Any]], samples: list[Sample], slots: dict[str, int],
-           f: Fleet, a: argparse.Namespace) -> str:
+def report(
+    events: list[dict[str, Any]],
+    samples: list[Sample],
+    slots: dict[str, int],
+    f: Fleet,
+    a: argparse.Namespace,
+) -> str:
     rows = []
     for ev in events:
         st = ev["stats"] = window_stats(samples, ev)
-        own = {k: v for k, v in ev.items()
-               if k not in ("fault", "t0", "t1", "t_settled", "stats")}
-        rows.append([ev["fault"], st["sent"], st["answered"],
-                     ", ".join(f"{k} {v}" for k, v in st["failed"].items()) or "0",
-                     st["streams_cut"], st["rerouted"], st["p50_ms"], st["p99_ms"],
-                     st["recovered_after_s"] if st["failed"] else "-",
-                     ", ".join(f"{k} {v}" for k, v in own.items()) or "-"])
+        own = {k: v for k, v in ev.items() if k not in ("fault", "t0", "t1", "t_settled", "stats")}
+        rows.append(
+            [
+                ev["fault"],
+                st["sent"],
+                st["answered"],
+                ", ".join(f"{k} {v}" for k, v in st["failed"].items()) or "0",
+                st["streams_cut"],
+                st["rerouted"],
+                st["p50_ms"],
+                st["p99_ms"],
+                st["recovered_after_s"] if st["failed"] else "-",
+                ", ".join(f"{k} {v}" for k, v in own.items()) or "-",
+            ]
+        )
     steady = [x for x in samples if x.t0 < (events[0]["t0"] if events else 1e9)]
     lat = sorted((x.t1 - x.t0) * 1000 for x in steady if x.outcome == "ok")
-    table = md_table(["fault", "sent", "answered", "failed (by outcome)", "streams cut",
-                      "rerouted", "p50 ms", "p99 ms", "recovered after s", "measured"], rows)
+    table = md_table(
+        [
+            "fault",
+            "sent",
+            "answered",
+            "failed (by outcome)",
+            "streams cut",
+            "rerouted",
+            "p50 ms",
+            "p99 ms",
+            "recovered after s",
+            "measured",
+        ],
+        rows,
+    )
     total_failed = sum(x.outcome != "ok" for x in samples)
     cmd = "python -m evals fleet " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["fleet"] else [])
     text = (
@@ -245,8 +298,13 @@ def plot(events: list[dict[str, Any]], samples: list[Sample], path: Path) -> Non
     ok = [x.t1 for x in samples if x.outcome == "ok"]
     bad = [x.t1 for x in samples if x.outcome != "ok"]
     fig, ax = plt.subplots(figsize=(11, 3.6))
-    ax.hist([ok, bad], bins=bins, stacked=True, label=["answered", "failed"],
-            color=["#4c9a2a", "#c0392b"])
+    ax.hist(
+        [ok, bad],
+        bins=bins,
+        stacked=True,
+        label=["answered", "failed"],
+        color=["#4c9a2a", "#c0392b"],
+    )
     for ev in events:
         ax.axvspan(ev["t0"], ev["t1"], color="#f0c419", alpha=0.25)
         ax.text(ev["t0"], ax.get_ylim()[1] * 0.92, ev["fault"], fontsize=8, rotation=0)
@@ -266,8 +324,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--clients", type=int, default=12)
     p.add_argument("--settle", type=float, default=3.0)
     p.add_argument("--drain", type=float, default=5.0)
-    p.add_argument("--redis", choices=("sentinel", "plain"), default="sentinel",
-                   help="plain: the gateways talk to the first master directly")
+    p.add_argument(
+        "--redis",
+        choices=("sentinel", "plain"),
+        default="sentinel",
+        help="plain: the gateways talk to the first master directly",
+    )
     a = p.parse_args(argv)
     a.faults = a.faults.split(",")
     unknown = set(a.faults) - set(FAULTS)
@@ -294,9 +356,13 @@ def main(argv: list[str]) -> int:
                 proc.stop()
     text = report(events, load.samples, slots, f, a)
     (a.out / "report.md").write_text(text)
-    (a.out / "results.json").write_text(json.dumps(
-        {"events": events, "slots_refused": slots, "samples": samples_json(load.samples)},
-        indent=1) + "\n")
+    (a.out / "results.json").write_text(
+        json.dumps(
+            {"events": events, "slots_refused": slots, "samples": samples_json(load.samples)},
+            indent=1,
+        )
+        + "\n"
+    )
     plot(events, load.samples, a.out / "timeline.png")
     print(text)
     print(f"wrote {shown_path(a.out)}/report.md, results.json, timeline.png", file=sys.stderr)

@@ -76,7 +76,7 @@ class KeyCache:
         self._entries.pop(digest, None)
         self._unknown.pop(digest, None)
 
-    def drop_tenant(self, tenant_id: object) -> None:
+    def drop_tenant(self, tenant_id: str) -> None:
         for d in [d for d, e in self._entries.items() if e.eff.tenant_id == tenant_id]:
             del self._entries[d]
 

@@ -40,6 +40,7 @@ from gateway.headers import (
     H_RESET_REQUESTS,
 )
 from gateway.store.base import AdmissionStore, KeyStore, Lifecycle, UsageStore, Used
+from gateway.store.events import Event, KeyChanged, Resync, TenantChanged
 from gateway.tenancy.limits import (
     ALLOW,
     NO_RESERVE,
@@ -104,14 +105,14 @@ class Access:
             if self.backlog is not None:
                 self.backlog.kick()
 
-    def on_event(self, ev: dict[str, Any]) -> None:
-        kind = ev.get("type")
-        if kind == "resync":  # (re)subscribed: events may have been missed meanwhile
-            self.cache.mark_stale()
-        elif kind == "tenant":
-            self.cache.drop_tenant(ev.get("id"))
-        elif kind == "key":
-            self.cache.drop(str(ev.get("digest")))
+    def on_event(self, ev: Event) -> None:
+        match ev:
+            case Resync():  # (re)subscribed: events may have been missed meanwhile
+                self.cache.mark_stale()
+            case TenantChanged(tenant_id=tenant_id):
+                self.cache.drop_tenant(tenant_id)
+            case KeyChanged(digest=digest):
+                self.cache.drop(digest)
 
     # -- the hot path -------------------------------------------------------------------------
     async def authenticate(self, authorization: str | None) -> Effective:

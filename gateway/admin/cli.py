@@ -91,7 +91,11 @@ def admin_url(settings: Settings) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
-    settings = load_settings()
+    try:
+        settings = load_settings()
+    except ValueError as e:
+        print(f"error: bad settings: {e}", file=sys.stderr)
+        return 2
     token = a.token or (settings.admin_token.get_secret_value() if settings.admin_token else "")
     url = a.url or admin_url(settings)
     method, path, kind = CALLS[a.command]

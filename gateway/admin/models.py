@@ -1,8 +1,9 @@
 """The admin API's request and response bodies (the OpenAPI document is generated from them).
 
-Request models refuse unknown fields. Response models describe what the routes send; the
-routes build those bodies themselves (a policy leaves out the fields it does not set), so
-the models are the contract, checked by the tests, not a filter.
+Request models refuse unknown fields. A route returns an instance of the response model it
+declares, and FastAPI sends that instance as JSON: what the document describes is what is
+sent. A route whose answer carries a policy leaves out the fields no level sets
+(``response_model_exclude_none``).
 """
 
 from __future__ import annotations
@@ -173,21 +174,13 @@ class ErrorOut(BaseModel):
     error: ErrorDetail
 
 
-# -- bodies as the routes send them ----------------------------------------------------------
+# -- answers from the stored objects -----------------------------------------------------------
 
 
-def tenant_out(t: Tenant) -> dict[str, Any]:
-    d = t.model_dump(mode="json")
-    d["policy"] = t.policy.model_dump(mode="json", exclude_none=True)
-    return d
+def tenant_out(t: Tenant) -> TenantOut:
+    return TenantOut.model_validate(t, from_attributes=True)
 
 
-def key_out(k: ApiKey) -> dict[str, Any]:
-    return {
-        "id": k.id,
-        "tenant_id": k.tenant_id,
-        "name": k.name,
-        "prefix": k.prefix,
-        "policy": k.policy.model_dump(mode="json", exclude_none=True),
-        "created_at": k.created_at,
-    }
+def key_out(k: ApiKey) -> KeyOut:
+    """A key as listed: never its digest."""
+    return KeyOut.model_validate(k, from_attributes=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.checks.base import CHECK_NAMES
+from gateway.checks.registry import CHECK_NAMES
 from gateway.errors import Unprocessable
 from gateway.rules.schema import Rules, cross_check
 from gateway.tenancy.tenants import Policy

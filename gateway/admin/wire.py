@@ -1,10 +1,11 @@
-"""How the admin API reads bodies and writes answers: orjson out, the error envelope,
-and a route class that keeps the old API's body rules.
+"""How the admin API reads bodies and writes answers: the error envelope, and a route
+class that keeps the old API's body rules.
 
-The routes answer with :func:`json_response` (the body exactly as built, no response-model
-filtering). :class:`AdminRoute` reads each body once, refuses it past the gateway's body
-limit (413), and for a route that takes a JSON model reads an empty body as ``{}`` and the
-body as JSON whatever its Content-Type says — as the aiohttp admin API did.
+The routes return their declared response models, which FastAPI validates and sends;
+:func:`json_response` is for what has no model (the OpenAPI document). :class:`AdminRoute`
+reads each body once, refuses it past the gateway's body limit (413), and for a route that
+takes a JSON model reads an empty body as ``{}`` and the body as JSON whatever its
+Content-Type says — as the aiohttp admin API did.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Cheap quality checks run on every upstream answer, whole or incrementally.
 
-* ``base``        the check interface, its inputs (:class:`Output`, :class:`RequestFacts`)
-  and results
+* ``base``        the check protocol and the abilities a check states, its inputs
+  (:class:`Output`, :class:`RequestFacts`) and results
+* ``loopguard``   the repetition check's stream guard: a candidate loop held back
 * ``config``      thresholds, token lists and patterns (pydantic)
 * ``registry``    every check by name, configured once
 * ``text``, ``repetition``, ``structured``   the checks themselves

@@ -29,39 +29,52 @@ Cost: all default checks together take well under 200 microseconds on a 1,000-to
 the only expensive step, compiling a JSON schema, happens once per distinct schema.
 
 This module holds what every check shares: the result and input types, the ``Check``
-protocol, ``run_checks`` and the helpers that build header-safe failure reasons.
+protocol with the :class:`Abilities` a check states (the dispatcher asks a check what it
+can do, never its name or type), :class:`BaseCheck` with the protocol's defaults,
+``run_checks`` and the helpers that build header-safe failure reasons.
+
+A check's abilities:
+
+* ``partial`` -- its verdict on a prefix of the answer is final (a loop, a leaked token,
+  a forbidden phrase stay whatever follows), so it runs on a stream as the text arrives;
+  ``scan`` says on what: each batch's new text (``delta``, plus ``overlap`` characters
+  before it, before the batch goes out), a tail window every few hundred characters
+  (``window``), the first characters once (``head``), or all the text so far (``text``).
+  A whole-answer check (``partial`` false) runs when the answer is complete.
+* ``good_prefix(text, finish_reason)`` -- where the good text before its failure ends: a
+  continuation on the next tier may start there (None: nothing of it is known good).
+* ``cost`` -- ``cheap`` (pure, microseconds) or ``remote`` (a webhook, a judge model: its
+  time is taken from the request's deadline).
+* ``needs_request`` -- it reads the request's facts (a schema, the tools).
+* ``opt_in`` -- it runs only where a rule names it (not among a hedge's guard checks).
+* ``guard()`` -- a streaming helper that holds text which may be the start of a failure
+  until it is confirmed or released (the loop guard of ``repetition``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from types import MappingProxyType
-from typing import Any, Final, Protocol
+from enum import StrEnum
+from typing import Any, ClassVar, Final, Protocol, Self, TypeVar
 
 __all__ = (
-    "CHECK_NAMES",
     "MAX_REASON_CHARS",
-    "PASS_CACHE",
+    "Abilities",
+    "BaseCheck",
+    "BuildContext",
     "Check",
     "CheckResult",
+    "Cost",
     "Output",
     "RequestFacts",
+    "Scan",
+    "StreamGuard",
+    "TextSource",
     "fail",
     "is_blank",
     "run_checks",
     "snippet",
-)
-
-CHECK_NAMES: Final[tuple[str, ...]] = (
-    "non_empty",
-    "not_truncated",
-    "repetition",
-    "json_valid",
-    "json_schema",
-    "tool_call_valid",
-    "template_leak",
-    "refusal",
 )
 
 MAX_REASON_CHARS: Final = 120
@@ -82,12 +95,6 @@ class CheckResult:
     """The check's name."""
     reason: str = ""
     """Short reason when not ok: ASCII, printable, <= ``MAX_REASON_CHARS``."""
-
-
-PASS_CACHE: Final[Mapping[str, CheckResult]] = MappingProxyType(
-    {name: CheckResult(True, name) for name in CHECK_NAMES}
-)
-"""Read-only singleton "ok" result per check name, so passing allocates nothing."""
 
 
 @dataclass(slots=True)
@@ -117,12 +124,144 @@ class RequestFacts:
     """Types of the other tools offered (e.g. "custom"): calls of these pass unjudged."""
 
 
+class Scan(StrEnum):
+    """What a partial-text check looks at on a stream (see the module's docstring)."""
+
+    DELTA = "delta"
+    WINDOW = "window"
+    HEAD = "head"
+    TEXT = "text"
+
+
+class Cost(StrEnum):
+    CHEAP = "cheap"
+    REMOTE = "remote"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Abilities:
+    """What a check can do; the dispatcher decides by these, never by a check's name."""
+
+    partial: bool = False
+    scan: Scan = Scan.TEXT
+    overlap: int | None = None
+    """``delta``: characters before the new text a failure may span (None: unbounded,
+    so passing every delta says nothing of the whole text)."""
+    cost: Cost = Cost.CHEAP
+    needs_request: bool = False
+    opt_in: bool = False
+
+    def describe(self) -> str:
+        """One line for ``explain`` and the console: ``partial (delta), cheap``."""
+        where = f"partial ({self.scan})" if self.partial else "whole answer"
+        return f"{where}, {self.cost}" + (", reads the request" if self.needs_request else "")
+
+
+class TextSource(Protocol):
+    """A growing text as a stream guard reads it (a stream's state)."""
+
+    @property
+    def chars(self) -> int: ...
+
+    def tail(self, n: int) -> str: ...
+
+
+class StreamGuard(Protocol):
+    """Holds a stream's text while it may be the start of a failure (a candidate loop):
+    the relay holds the text back while ``update`` is true, fails the attempt once
+    ``confirmed``, and a continuation starts before ``start``."""
+
+    start: int
+
+    @property
+    def holding(self) -> bool:
+        """Whether it holds text now (the last ``update`` was true)."""
+        ...
+
+    def update(self, state: TextSource) -> bool: ...
+
+    def confirmed(self, state: TextSource) -> bool: ...
+
+
 class Check(Protocol):
-    """A configured check. ``run`` is pure and must not raise on any answer."""
+    """A configured check. ``run`` must not raise on any answer; a ``cheap`` one is pure."""
 
     name: str
 
+    @property
+    def abilities(self) -> Abilities: ...
+
     def run(self, out: Output, req: RequestFacts) -> CheckResult: ...
+
+    def run_partial(self, text: str, req: RequestFacts) -> CheckResult:
+        """The verdict on ``text``, a part of the answer (its window per ``scan``)."""
+        ...
+
+    def good_prefix(self, text: str, finish_reason: str | None) -> int | None:
+        """Where the good text ends in an answer this check failed (None: unknown)."""
+        ...
+
+    def guard(self) -> StreamGuard | None:
+        """A new guard for one stream, or None."""
+        ...
+
+
+_T = TypeVar("_T")
+
+
+class BuildContext:
+    """What a built-in check is built from: the rules' ``checks:`` settings, and objects
+    that the checks of one build share (a parse memo, a cache of compiled schemas)."""
+
+    __slots__ = ("_shared", "settings")
+
+    def __init__(self, settings: Any):
+        self.settings = settings  # gateway.checks.config.CheckSettings
+        self._shared: dict[str, object] = {}
+
+    def shared(self, key: str, make: type[_T]) -> _T:
+        """The one ``make()`` of this build under ``key``."""
+        got = self._shared.get(key)
+        if not isinstance(got, make):
+            got = self._shared[key] = make()
+        return got
+
+
+class BaseCheck:
+    """The protocol's defaults: a cheap whole-answer check with no good prefix. A check
+    that runs on partial text states it in ``abilities`` (and may override
+    ``run_partial``, which by default runs ``run`` on the text with no finish reason)."""
+
+    __slots__ = ()
+    name: str = ""
+    abilities: Abilities = Abilities()
+    catalogue: ClassVar[float | None] = None
+    """A built-in's place in the catalogue (None: not a built-in). A class of a module of
+    ``gateway/checks/`` that sets it is found by :mod:`gateway.checks.registry`: a new
+    built-in is its module and its test, and nothing else names it."""
+    passed: ClassVar[CheckResult] = CheckResult(True, "")
+    """This check's "ok" result, one per class, so passing allocates nothing."""
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        cls.passed = CheckResult(True, cls.name)
+
+    @classmethod
+    def build(cls, ctx: BuildContext) -> Self:
+        """A built-in check configured from the rules' settings (by default: no settings)."""
+        return cls()
+
+    def run(self, out: Output, req: RequestFacts) -> CheckResult:  # pragma: no cover
+        raise NotImplementedError
+
+    def run_partial(self, text: str, req: RequestFacts) -> CheckResult:
+        return self.run(Output(text, None, []), req)
+
+    def good_prefix(self, text: str, finish_reason: str | None) -> int | None:
+        return None
+
+    def guard(self) -> StreamGuard | None:
+        return None
 
 
 def fail(check: str, reason: str) -> CheckResult:

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 __all__ = (
     "DEFAULT_REFUSAL_PATTERNS",
     "DEFAULT_TEMPLATE_TOKENS",
+    "MAX_TOKEN_CHARS",
     "CheckSettings",
     "RefusalSettings",
     "RepetitionSettings",
@@ -71,6 +72,11 @@ DEFAULT_TEMPLATE_TOKENS: Final[tuple[str, ...]] = (
 )
 
 
+MAX_TOKEN_CHARS: Final = 64
+"""Longest template token: a stream's new text is checked with this much of the text before
+it, so a token split across two chunks is still seen."""
+
+
 class TemplateLeakSettings(BaseModel):
     """Chat-template control tokens that must never show up in an answer's text.
 
@@ -80,7 +86,9 @@ class TemplateLeakSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    tokens: tuple[Annotated[str, Field(min_length=1)], ...] = DEFAULT_TEMPLATE_TOKENS
+    tokens: tuple[Annotated[str, Field(min_length=1, max_length=MAX_TOKEN_CHARS)], ...] = (
+        DEFAULT_TEMPLATE_TOKENS
+    )
 
 
 _APOS = "['\u2019]"  # straight or typographic apostrophe

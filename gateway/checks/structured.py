@@ -1,33 +1,33 @@
 """Checks of structured answers: JSON mode, JSON schema and tool calls.
 
-``SchemaValidators`` (compiled JSON-schema validators) and ``JsonParseMemo`` (the parse of
-the last text) are shared between these checks by ``gateway.checks.registry.build_checks``.
-
-Client-supplied regular expressions (``pattern``, ``patternProperties``) never run on
-Python's backtracking ``re``: they are compiled with RE2 (google-re2, linear time in the
-input) and swapped into the compiled validator. A schema whose patterns RE2 refuses
-(backreferences, lookaround, huge repetitions) or that is larger than ``SCHEMA_MAX_BYTES``
-is not checked at all, like any schema that cannot be compiled: a 343-byte pattern with
-catastrophic backtracking once froze the event loop, and every tenant with it, for seconds.
+``SchemaValidators`` (compiled JSON-schema validators, RE2 for client patterns) and
+``JsonParseMemo`` (the parse of the last text) live in :mod:`gateway.checks.schemas` and
+are shared between these checks of one build (``BaseCheck.build``'s context).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Final
+from typing import Any
 
-import fastjsonschema
 import orjson
-import re2  # type: ignore[import-untyped]
 
 from gateway.checks.base import (
-    PASS_CACHE,
+    Abilities,
+    BaseCheck,
+    BuildContext,
     CheckResult,
     Output,
     RequestFacts,
+    Scan,
     fail,
     is_blank,
     snippet,
+)
+from gateway.checks.schemas import (
+    SCHEMA_CACHE_SIZE,
+    SCHEMA_MAX_BYTES,
+    JsonParseMemo,
+    SchemaValidators,
 )
 
 __all__ = (
@@ -40,263 +40,43 @@ __all__ = (
     "ToolCallValidCheck",
 )
 
-SCHEMA_CACHE_SIZE: Final = 256
-"""Compiled JSON-schema validators kept per ``SchemaValidators`` (least recently used out)."""
 
-SCHEMA_MAX_BYTES: Final = 64 * 1024
-"""A larger schema is not compiled (generating and exec-ing its validator costs too much)."""
-
-PATTERN_MAX_CHARS: Final = 4096
-RE2_MAX_MEM: Final = 4 << 20
-"""Bytes of automaton per client pattern; RE2 refuses a pattern that needs more."""
-_VALUE_KEYWORDS: Final = frozenset({"enum", "const", "default", "examples"})
-
-
-class _Unsupported(Exception):
-    """A schema part the gateway will not run (a pattern RE2 refuses, say)."""
-
-
-def _client_patterns(schema: Any) -> dict[str, Any]:
-    """Every ``pattern`` and ``patternProperties`` regex in ``schema``, compiled with RE2.
-
-    Raises ``_Unsupported`` when one is not a string, too long, or refused by RE2.
-    """
-    found: dict[str, Any] = {}
-    for node in _schema_objects(schema):
-        texts = list(node.get("patternProperties") or ())
-        if isinstance(node.get("pattern"), str):
-            texts.append(node["pattern"])
-        for text in texts:
-            if text not in found:
-                found[text] = _re2(text)
-    return found
-
-
-def _schema_objects(schema: Any) -> Iterator[dict[str, Any]]:
-    """Every object in a schema that may hold keywords (not inside ``const``, ``enum``
-    and the like, whose values are data)."""
-    stack = [schema]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, list):
-            stack.extend(node)
-        elif isinstance(node, dict):
-            yield node
-            stack.extend(v for k, v in node.items() if k not in _VALUE_KEYWORDS)
-
-
-def _re2(text: Any) -> Any:
-    if not isinstance(text, str) or len(text) > PATTERN_MAX_CHARS:
-        raise _Unsupported("pattern too long or not a string")
-    options = re2.Options()
-    options.max_mem = RE2_MAX_MEM
-    options.log_errors = False  # a refused pattern is the client's text: not for our log
-    try:
-        return re2.compile(text, options)
-    except re2.error as exc:
-        raise _Unsupported(f"pattern {text[:40]!r}: {exc}") from None
-
-
-def _defuse_required(schema: Any, patterns: dict[str, Any]) -> None:
-    """Spare fastjsonschema's compile-time ``re.search`` of required names.
-
-    With ``additionalProperties: false``, fastjsonschema tests each required name that is
-    not in ``properties`` against every ``patternProperties`` regex with Python's ``re``
-    while compiling. RE2 answers instead: a name no pattern matches makes the schema
-    invalid; one that matches is listed in ``properties`` as ``{}`` (it was not
-    "additional" anyway, and its pattern's subschema still applies).
-    """
-    for node in _schema_objects(schema):
-        props, pprops, required = (
-            node.get(k) for k in ("properties", "patternProperties", "required")
-        )
-        if node.get("additionalProperties", True) or not pprops or not isinstance(required, list):
-            continue
-        props = node.setdefault("properties", {})
-        if not isinstance(props, dict):
-            raise _Unsupported("properties is not an object")
-        for name in required:
-            if not isinstance(name, str) or name in props:
-                continue
-            if not any(patterns[p].search(name) for p in pprops):
-                raise _Unsupported(f"required {name!r} is not allowed")
-            props[name] = {}
-
-
-def _refuse_remote_ref(uri: str) -> Any:
-    raise fastjsonschema.JsonSchemaDefinitionException(f"remote $ref not allowed: {uri}")
-
-
-class _RefuseEveryScheme(Mapping[str, Callable[[str], Any]]):
-    """A fastjsonschema ``handlers`` mapping that claims every URI scheme and refuses it.
-
-    fastjsonschema fetches a "$ref" it cannot find in the schema itself with urllib unless a
-    handler claims the URI's scheme, and client schemas must never make the gateway do I/O
-    (SSRF). Listing schemes is not enough: an unlisted one ("gopher:", "custom:") falls
-    through to urllib, and even a "#..." ref goes remote under an "$id" with a fragment.
-    """
-
-    __slots__ = ()
-
-    def __getitem__(self, scheme: str) -> Callable[[str], Any]:
-        return _refuse_remote_ref
-
-    def __contains__(self, scheme: object) -> bool:
-        return True
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(())
-
-    def __len__(self) -> int:
-        return 0
-
-
-_NO_REMOTE_REFS: Final = _RefuseEveryScheme()
-
-
-def _has_remote_ref(schema: Any) -> bool:
-    """True when any "$ref" in the schema points outside the document (not "#...").
-
-    Such schemas are not compiled at all (cheap early exit); ``_NO_REMOTE_REFS`` is what
-    guarantees that compiling never fetches anything.
-    """
-    stack = [schema]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            ref = node.get("$ref")
-            if ref is not None and not (isinstance(ref, str) and ref.startswith("#")):
-                return True
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
-    return False
-
-
-Validator = Callable[[Any], object]
-
-
-class SchemaValidators:
-    """Bounded cache of compiled JSON-schema validators, keyed by the sorted-keys JSON dump.
-
-    Compiling (fastjsonschema generates and ``exec``s Python code) costs milliseconds, so each
-    distinct schema is compiled once; at most ``max_entries`` are kept, least recently used
-    out. A schema that cannot be compiled (invalid, unsupported, remote "$ref", not JSON
-    serializable) is cached as None and every answer passes against it: a bad schema is the
-    client's problem, not the model's, and retrying on another tier would not help.
-    """
-
-    __slots__ = ("_max_entries", "_validators")
-
-    def __init__(self, max_entries: int = SCHEMA_CACHE_SIZE) -> None:
-        self._max_entries = max(max_entries, 1)
-        self._validators: dict[bytes, Validator | None] = {}
-
-    def __len__(self) -> int:
-        return len(self._validators)
-
-    def get(self, schema: dict[str, Any]) -> Validator | None:
-        """The compiled validator, or None when the schema cannot be compiled."""
-        try:
-            key = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
-        except orjson.JSONEncodeError:
-            return None
-        validators = self._validators
-        try:
-            validator = validators.pop(key)
-        except KeyError:
-            validator = self._compile(key)
-            if len(validators) >= self._max_entries:
-                del validators[next(iter(validators))]
-        validators[key] = validator  # (re)insert as most recently used
-        return validator
-
-    @staticmethod
-    def _compile(key: bytes) -> Validator | None:
-        # Compile a fresh copy: fastjsonschema rewrites "$ref"s in the schema it is given.
-        if len(key) > SCHEMA_MAX_BYTES:
-            return None
-        schema = orjson.loads(key)
-        if not isinstance(schema, dict | bool) or _has_remote_ref(schema):
-            return None
-        try:
-            patterns = _client_patterns(schema)
-            _defuse_required(schema, patterns)
-            validator: Validator = fastjsonschema.compile(
-                schema, handlers=_NO_REMOTE_REFS, use_default=False, detailed_exceptions=False
-            )
-        except Exception:  # invalid schema, a pattern RE2 refuses, a generator bug
-            return None
-        if not patterns:
-            return validator
-        compiled = getattr(validator, "__globals__", {}).get("REGEX_PATTERNS")
-        if not isinstance(compiled, dict):
-            return None  # a fastjsonschema we do not know: never run client regexes on re
-        for text in patterns.keys() & compiled.keys():
-            compiled[text] = patterns[text]  # the same search(), in linear time
-        return validator
-
-    def error(self, schema: dict[str, Any], data: Any) -> str | None:
-        """Why ``data`` violates ``schema``; None when it conforms or cannot be checked."""
-        validator = self.get(schema)
-        if validator is None:
-            return None
-        try:
-            validator(data)
-        except fastjsonschema.JsonSchemaValueException as exc:
-            return exc.message
-        except Exception:  # the generated code choked on an odd schema: not the model's fault
-            return None
-        return None
-
-
-class JsonParseMemo:
-    """The parse of the last text seen, shared by ``json_valid`` and ``json_schema`` so one
-    answer is parsed once. Matched by identity (``is``) of the text object; the one entry is
-    replaced in a single assignment, so concurrent use only costs an extra parse."""
-
-    __slots__ = ("_last",)
-
-    def __init__(self) -> None:
-        self._last: tuple[str | None, Any, str | None] = (None, None, None)
-
-    def parse(self, text: str) -> tuple[Any, str | None]:
-        """(value, None) when ``text`` is JSON, else (None, orjson's error message)."""
-        last = self._last
-        if last[0] is text:
-            return last[1], last[2]
-        value: Any = None
-        error: str | None = None
-        try:
-            value = orjson.loads(text)
-        except orjson.JSONDecodeError as exc:
-            error = str(exc) or "JSONDecodeError"
-        self._last = (text, value, error)
-        return value, error
-
-
-class JsonValidCheck:
+class JsonValidCheck(BaseCheck):
     """In JSON mode the text must be raw JSON (any JSON value; a ```json fence fails).
 
-    Passes outside JSON mode, and when the answer is tool calls with no text.
+    Passes outside JSON mode, and when the answer is tool calls with no text. On a stream
+    the first characters decide already: JSON begins with ``{`` or ``[`` (a Markdown fence
+    or a sentence in front is not JSON, however it goes on).
     """
 
     __slots__ = ("_memo",)
+    catalogue = 40
     name: str = "json_valid"
+    abilities = Abilities(partial=True, scan=Scan.HEAD, needs_request=True)
+
+    @classmethod
+    def build(cls, ctx: BuildContext) -> JsonValidCheck:
+        return cls(ctx.shared("json_memo", JsonParseMemo))
 
     def __init__(self, memo: JsonParseMemo | None = None) -> None:
         self._memo = JsonParseMemo() if memo is None else memo
 
     def run(self, out: Output, req: RequestFacts) -> CheckResult:
         if not req.json_mode or (out.tool_calls and is_blank(out.text)):
-            return PASS_CACHE[self.name]
+            return self.passed
         _, error = self._memo.parse(out.text)
         if error is not None:
             return fail(self.name, f"not valid JSON: {error}")
-        return PASS_CACHE[self.name]
+        return self.passed
+
+    def run_partial(self, text: str, req: RequestFacts) -> CheckResult:
+        head = text.lstrip()
+        if not req.json_mode or not head or head[0] in "{[":
+            return self.passed
+        return fail(self.name, f"JSON mode, and the answer begins with {snippet(head, 24)}")
 
 
-class JsonSchemaCheck:
+class JsonSchemaCheck(BaseCheck):
     """The JSON answer must match ``req.json_schema``.
 
     Passes when there is no schema, when the text is not JSON (``json_valid``'s job) and when
@@ -304,7 +84,15 @@ class JsonSchemaCheck:
     """
 
     __slots__ = ("_memo", "_validators")
+    catalogue = 50
     name: str = "json_schema"
+    abilities = Abilities(needs_request=True)
+
+    @classmethod
+    def build(cls, ctx: BuildContext) -> JsonSchemaCheck:
+        return cls(
+            ctx.shared("validators", SchemaValidators), ctx.shared("json_memo", JsonParseMemo)
+        )
 
     def __init__(
         self, validators: SchemaValidators | None = None, memo: JsonParseMemo | None = None
@@ -315,17 +103,17 @@ class JsonSchemaCheck:
     def run(self, out: Output, req: RequestFacts) -> CheckResult:
         schema = req.json_schema
         if schema is None:
-            return PASS_CACHE[self.name]
+            return self.passed
         data, parse_error = self._memo.parse(out.text)
         if parse_error is not None:
-            return PASS_CACHE[self.name]
+            return self.passed
         error = self._validators.error(schema, data)
         if error is None:
-            return PASS_CACHE[self.name]
+            return self.passed
         return fail(self.name, f"schema violation: {error}")
 
 
-class ToolCallValidCheck:
+class ToolCallValidCheck(BaseCheck):
     """Every tool call must be a function call to a function the client offered, with
     arguments that are a JSON object string matching the function's parameter schema.
 
@@ -335,7 +123,13 @@ class ToolCallValidCheck:
     """
 
     __slots__ = ("_validators",)
+    catalogue = 60
     name: str = "tool_call_valid"
+    abilities = Abilities(needs_request=True)
+
+    @classmethod
+    def build(cls, ctx: BuildContext) -> ToolCallValidCheck:
+        return cls(ctx.shared("validators", SchemaValidators))
 
     def __init__(self, validators: SchemaValidators | None = None) -> None:
         self._validators = SchemaValidators() if validators is None else validators
@@ -345,7 +139,7 @@ class ToolCallValidCheck:
             error = self._call_error(call, req)
             if error is not None:
                 return fail(self.name, f"tool_calls[{index}]: {error}")
-        return PASS_CACHE[self.name]
+        return self.passed
 
     def _call_error(self, call: dict[str, Any], req: RequestFacts) -> str | None:
         kind = call.get("type", "function")

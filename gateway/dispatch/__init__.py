@@ -4,7 +4,7 @@
 * ``fallback``     what each attempt failure means for the request: the one table
 * ``opening``, ``relay``, ``complete``   a streamed attempt up to its first token, its
   live phase, and a non-streamed attempt
-* ``hedge``, ``bridge``, ``continuation``, ``splice``, ``loopguard``, ``live``, ``rate``
+* ``hedge``, ``bridge``, ``continuation``, ``splice``, ``live``, ``rate``
   the tail guards and how a broken stream is finished
 * ``budget``, ``call``, ``outcome``, ``assemble``   time budgets, the request's context,
   what a loop leaves behind, a non-streamed answer assembled from events

@@ -8,11 +8,13 @@ Given a :class:`Call`, try its tiers in order within the request's deadline:
   stall, its budget), a malformed answer, or a failed quality check. The next tier is
   tried at once: waiting helps the tier that failed, not the other one.
 * A transient fault (a reset, 500, 502, 503, 429: :mod:`gateway.dispatch.fallback`) is
-  retried on the same tier (``same_tier_retries`` times, once by default) after a short
-  jittered wait — ``backoff_initial``, doubled for each retry after the first, plus up to
-  ``backoff_jitter``, at most ``backoff_max`` — or the engine's ``Retry-After``, when the
-  budget allows; tenacity owns those waits. The time waited is reported, not counted as
-  overhead.
+  retried on the same tier, up to ``same_tier_retries`` times (once by default), in one
+  loop (tenacity's) that weighs every guard before every retry: the tier's circuit is
+  closed, the wait and an attempt fit the attempt's budget (the next tiers' reserve is
+  outside it), and, on a hedged first tier, the retry's first token would come before
+  the next tier's. The wait is the engine's ``Retry-After``, else ``backoff_initial``
+  doubled for each retry after the first, plus up to ``backoff_jitter``, at most
+  ``backoff_max``. The time waited is reported, not counted as overhead.
 * An engine's other 4xx is the request's own fault: relayed, never retried.
 * When the last tier fails a check, the rule says what happens (``on_last_failure``):
   ``deliver`` the answer with ``x-gateway-checks-failed``, or answer with an error.
@@ -34,11 +36,9 @@ from typing import Any, TypeVar
 
 import orjson
 from opentelemetry import trace
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
-from tenacity.stop import stop_base
+from tenacity import AsyncRetrying, RetryCallState, stop_after_attempt
 
 from gateway.checks.base import Check
-from gateway.checks.config import RepetitionSettings
 from gateway.dispatch.budget import MIN_ATTEMPT_S, Kind, LatencyBook, reserve
 from gateway.dispatch.call import Call
 from gateway.dispatch.complete import Completer
@@ -72,18 +72,27 @@ HEDGE_AUTO_UNSEEN = 1.0  # until the tier has a first-token sample
 Attempt = Callable[[str, Opening], Awaitable[T]]
 
 
-class _StopAt(stop_base):
-    """Stop retrying when too little of the attempt's budget is left."""
+class _Retries:
+    """The guards and waits of one tier's retries: tenacity asks ``allowed`` after each
+    failed attempt (every guard, every time: :meth:`Dispatcher.retry_guard`), then ``wait``
+    for the wait that guard weighed (a ``Retry-After``, or the jittered backoff)."""
 
-    def __init__(self, until: float):
-        self.until = until
+    __slots__ = ("_d", "_how", "_tier", "_wait")
 
-    def __call__(self, retry_state: RetryCallState) -> bool:
-        return self.until - time.monotonic() < MIN_ATTEMPT_S
+    def __init__(self, d: Dispatcher, tier: str, how: Opening):
+        self._d, self._tier, self._how = d, tier, how
+        self._wait = 0.0
 
+    def allowed(self, s: RetryCallState) -> bool:
+        e = s.outcome.exception() if s.outcome is not None else None
+        retry = s.attempt_number  # after the n-th attempt comes the n-th retry
+        why, self._wait = self._d.retry_guard(self._tier, e, retry, self._how)
+        if why and isinstance(e, AttemptFailed) and verdict(e).same_tier:
+            log.debug("no retry %d on %s: %s", retry, self._tier, why)
+        return not why
 
-def _transient(exc: BaseException) -> bool:
-    return isinstance(exc, AttemptFailed) and verdict(exc).same_tier
+    def wait(self, s: RetryCallState) -> float:
+        return self._wait
 
 
 class Dispatcher:
@@ -92,7 +101,6 @@ class Dispatcher:
         pools: Pools,
         checks: dict[str, Check],
         cfg: Dispatch,
-        repetition: RepetitionSettings,
         telemetry: Telemetry,
     ):
         self._tel = telemetry
@@ -102,8 +110,7 @@ class Dispatcher:
         self.book = LatencyBook()
         self.hedges = HedgeBudget(cfg.hedge_share, cfg.hedge_burst)
         self._opener = StreamOpener(telemetry, self.book)
-        self._completer = Completer(self._opener, telemetry, repetition)
-        self._repetition = repetition
+        self._completer = Completer(self._opener, telemetry)
 
     # -- the entry point of a request ----------------------------------------------------------
     async def serve(
@@ -132,12 +139,13 @@ class Dispatcher:
     def call(
         self, req: ClientRequest, d: RouteDecision, deadline_at: float, ticket: Ticket = ANYONE
     ) -> Call:
-        return Call(req, d, deadline_at, tuple(self._checks[n] for n in d.checks), ticket)
+        checks = tuple(self._checks[n] for n in d.checks)
+        return Call(req, d, deadline_at, checks, ticket, self._checks)
 
     # -- the two ways through the tiers ------------------------------------------------------
     async def complete(self, call: Call) -> Outcome:
         trail = Trail()
-        cont = Continuer(call, self._pools, self._opener, self._run, self._repetition)
+        cont = Continuer(call, self._pools, self._opener, self._run)
 
         async def attempt(tier: str, how: Opening) -> tuple[bytes, dict[str, Any] | None]:
             return await self._completer.complete(call, self._pools[tier], how, trail, cont)
@@ -166,7 +174,7 @@ class Dispatcher:
 
         tier, start = await self._run(call, call.d.tiers, attempt, trail, hedge=True)
         trail.finish = plan(call, self._pools, tier, held=self._hold(call, tier) > 0)
-        cont = Continuer(call, self._pools, self._opener, self._run, self._repetition)
+        cont = Continuer(call, self._pools, self._opener, self._run)
         return StreamRelay(call, tier, start, trail, cont)
 
     # -- the loop -------------------------------------------------------------------------------
@@ -265,27 +273,13 @@ class Dispatcher:
         return tiers[won], value
 
     async def _tier(self, tier: str, attempt: Attempt[T], how: Opening, trail: Trail) -> T:
-        """One tier: an attempt, and after a transient fault, a retry if the budget allows."""
-        try:
-            return await self._timed(tier, attempt, how, trail)
-        except AttemptFailed as e:
-            wait = self._wait(e, 1)
-            if not (verdict(e).same_tier and self._cfg.same_tier_retries):
-                raise
-            if not self._pools[tier].available(time.monotonic()):
-                raise  # its circuit just opened: no retry into it
-            if time.monotonic() + wait + MIN_ATTEMPT_S > how.until:
-                raise
-            if not self._retry_sooner(tier, wait, how.watch):
-                raise  # the next tier would answer before the retry could: it goes now
-        await self._sleep(wait, trail)
+        """One tier: an attempt, and after each transient fault a retry while every guard of
+        :class:`_Retries` allows one (tenacity runs the loop and its waits)."""
+        retries = _Retries(self, tier, how)
         retrying = AsyncRetrying(
-            stop=stop_after_attempt(self._cfg.same_tier_retries) | _StopAt(how.until),
-            # after the n-th attempt of this loop comes the (n + 1)-th retry of the tier
-            wait=lambda s: self._wait(
-                s.outcome.exception() if s.outcome else None, s.attempt_number + 1
-            ),
-            retry=retry_if_exception(_transient),
+            stop=stop_after_attempt(1 + self._cfg.same_tier_retries),
+            retry=retries.allowed,
+            wait=retries.wait,
             sleep=lambda s: self._sleep(s, trail),
             reraise=True,
         )
@@ -293,6 +287,26 @@ class Dispatcher:
             with a:
                 return await self._timed(tier, attempt, how, trail)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def retry_guard(
+        self, tier: str, e: BaseException | None, retry: int, how: Opening
+    ) -> tuple[str, float]:
+        """Why the ``retry``-th retry of ``tier`` after ``e`` may not go ("": it may), and
+        the wait before it. Every guard on every pass: a transient fault, retries left, the
+        tier's circuit closed, the wait plus an attempt inside the attempt's budget (the next
+        tiers' reserve is outside it), the retry's first token before the next tier's."""
+        if not (isinstance(e, AttemptFailed) and verdict(e).same_tier):
+            return "not transient", 0.0
+        if retry > self._cfg.same_tier_retries:
+            return "no retries left", 0.0
+        if not self._pools[tier].available(time.monotonic()):
+            return "circuit open", 0.0  # it just opened: no retry into it
+        wait = self._wait(e, retry)
+        if time.monotonic() + wait + MIN_ATTEMPT_S > how.until:
+            return "no time", wait
+        if not self._retry_sooner(tier, wait, how.watch):
+            return "next tier sooner", wait  # the next tier answers before the retry could
+        return "", wait
 
     def _retry_sooner(self, tier: str, wait: float, watch: HedgeWatch | None) -> bool:
         """Whether a retry of a hedged first tier after ``wait`` would have its first token

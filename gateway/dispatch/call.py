@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from gateway.checks.base import Check
+from gateway.checks.base import Check, StreamGuard
 from gateway.request.model import ClientRequest
 from gateway.routing.router import RouteDecision
+from gateway.upstream.failures import CheckFailed
 from gateway.upstream.pools import Pool
 from gateway.upstream.responses_events import RESPONSES_PATH
 from gateway.upstream.scheduler import ANYONE, Ticket
@@ -23,6 +25,25 @@ class Call:
     deadline_at: float  # monotonic: the whole request, every attempt, ends by then
     checks: tuple[Check, ...]
     ticket: Ticket = ANYONE  # who asks (tenant, priority band): the pools' queue order
+    registry: Mapping[str, Check] = field(default_factory=dict)  # every check, by name
+
+    def good_prefix(self, e: CheckFailed, text: str, finish_reason: str | None) -> int | None:
+        """Where the good text before ``e`` ends in ``text``: what the failed check says
+        (``Check.good_prefix``), and no further than what the failure knew (``e.at``)."""
+        check = self.registry.get(e.check)
+        at = check.good_prefix(text, finish_reason) if check is not None else None
+        if e.at is not None:
+            at = e.at if at is None else min(at, e.at)
+        return at
+
+    def guard(self) -> tuple[str, StreamGuard] | None:
+        """The first stream guard of the route's checks, with its check's name (a check
+        that holds a stream's text while it may be the start of a failure: a loop)."""
+        for c in self.checks:
+            g = c.guard()
+            if g is not None:
+                return c.name, g
+        return None
 
     @property
     def path(self) -> str:

@@ -16,15 +16,12 @@ from typing import Any
 
 import orjson
 
-from gateway.checks.config import RepetitionSettings
-from gateway.checks.repetition import find_loop_start
-from gateway.checks.text import TemplateLeakCheck
+from gateway.checks.base import StreamGuard
 from gateway.dispatch.assemble import assembled, outputs
 from gateway.dispatch.bridge import bridge
 from gateway.dispatch.call import Call
 from gateway.dispatch.continuation import Continuer, continuation_body
 from gateway.dispatch.fallback import verdict
-from gateway.dispatch.loopguard import LoopGuard
 from gateway.dispatch.opening import Opening, StreamOpener, StreamStart, pull
 from gateway.dispatch.outcome import Failure, Salvage, Trail
 from gateway.dispatch.splice import merge_usage
@@ -33,8 +30,7 @@ from gateway.upstream.failures import (
     AnswerTimeout,
     AttemptFailed,
     BadBody,
-    LoopFound,
-    TemplateLeaked,
+    CheckFailed,
     check_failed,
 )
 from gateway.upstream.pools import Pool
@@ -44,10 +40,9 @@ Answer = tuple[bytes, dict[str, Any] | None]
 
 
 class Completer:
-    def __init__(self, opener: StreamOpener, telemetry: Telemetry, repetition: RepetitionSettings):
+    def __init__(self, opener: StreamOpener, telemetry: Telemetry):
         self._opener = opener
         self._tel = telemetry
-        self._repetition = repetition
 
     async def complete(
         self, call: Call, pool: Pool, how: Opening, trail: Trail, cont: Continuer | None = None
@@ -149,17 +144,15 @@ class Completer:
     def _keep(
         self, call: Call, tier: str, state: StreamState, e: AttemptFailed, trail: Trail
     ) -> None:
-        """What of a failed attempt's text the next tier can continue: what came before a loop
-        (not one copy of its unit: a model shown it tends to go on with it) or before a
-        leaked template token, all of it before a cut, a stall, a trickle, a timeout."""
+        """What of a failed attempt's text the next tier can continue: what came before a
+        failed check's failure where the check knows it (a loop -- not one copy of its unit:
+        a model shown it tends to go on with it -- a leaked template token), all of it before
+        a cut, a stall, a trickle, a timeout."""
         if trail.salvage or not (state.plain and state.resumable):
             return
         text, at = state.text(), None
-        if isinstance(e, LoopFound):
-            at = find_loop_start(text, self._repetition, state.finish_reason == "length")
-        elif isinstance(e, TemplateLeaked):
-            leak = next((c for c in call.checks if isinstance(c, TemplateLeakCheck)), None)
-            at = leak.first_at(text) if leak is not None else None
+        if isinstance(e, CheckFailed):
+            at = call.good_prefix(e, text, state.finish_reason)
         elif verdict(e).continuable:
             at = len(text)
         if at and text[:at].strip() and call.can_be_continued():
@@ -212,7 +205,7 @@ class Completer:
         if s is not None:
             failed, seen = s.checks_failed, s.live.passed_whole(s.state)
             if seen and not s.state.multi:
-                checks = tuple(c for c in checks if c.name not in seen)
+                checks = tuple(c for c in checks if id(c) not in seen)
         for out in outputs(call.req.kind, answer):
             bad = failed or self._tel.run_checks(checks, out, call.req.facts)
             if bad is None:
@@ -314,22 +307,24 @@ async def _taken(
 
 
 class _Ahead:
-    """The loop guard on a non-streamed answer, as on a stream: a candidate loop opens its
-    continuation on the next tier (:class:`~gateway.dispatch.continuation.Ahead`), and a
-    confirmed one (the repetition check's thresholds) fails the attempt at once, not at the
-    check's next periodic run. Nothing is held: nothing was sent."""
+    """A check's stream guard on a non-streamed answer, as on a stream: a candidate (a loop)
+    opens its continuation on the next tier (:class:`~gateway.dispatch.continuation.Ahead`),
+    and a confirmed one fails the attempt at once, not at the check's next periodic run.
+    Nothing is held: nothing was sent."""
 
-    __slots__ = ("cont", "guard")
+    __slots__ = ("check", "cont", "guard")
 
-    def __init__(self, cont: Continuer):
+    def __init__(self, cont: Continuer, check: str, guard: StreamGuard):
         self.cont = cont
-        self.guard = LoopGuard()
+        self.check = check
+        self.guard = guard
 
     @classmethod
     def of(cls, call: Call, s: StreamStart, cont: Continuer | None) -> _Ahead | None:
-        if cont is None or "repetition" not in call.d.checks or not cont.possible(s.pool.name):
+        if cont is None or not cont.possible(s.pool.name):
             return None
-        return cls(cont)
+        found = call.guard()
+        return cls(cont, *found) if found is not None else None
 
     def watch(self, s: StreamStart) -> None:
         state, cont = s.state, self.cont
@@ -338,7 +333,7 @@ class _Ahead:
                 cont.drop_ahead()  # the candidate broke off
             return
         if self.guard.confirmed(state):
-            raise LoopFound("the text repeats one unit")
+            raise CheckFailed("the text repeats one unit", self.check, self.guard.start)
         if cont.wants_ahead and state.plain and state.resumable:
             at = self.guard.start
             tokens = state.tokens_for(at)

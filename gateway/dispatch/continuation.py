@@ -32,8 +32,6 @@ from typing import Any
 
 import orjson
 
-from gateway.checks.config import RepetitionSettings
-from gateway.checks.repetition import find_loop_start
 from gateway.dispatch.call import Call
 from gateway.dispatch.fallback import reason, verdict
 from gateway.dispatch.finish import Way, finishable, prompt_body, restart_body, streamed, way
@@ -41,7 +39,6 @@ from gateway.dispatch.opening import Opening, StreamOpener, StreamStart
 from gateway.dispatch.outcome import Trail
 from gateway.upstream.failures import AttemptFailed, NoContinuation
 from gateway.upstream.pools import Pool, Pools
-from gateway.upstream.sse import StreamState
 
 log = logging.getLogger("gateway.dispatch")
 Run = Callable[..., Awaitable[tuple[str, Any]]]
@@ -91,13 +88,11 @@ class Continuer:
         pools: Pools,
         opener: StreamOpener,
         run: Run,
-        repetition: RepetitionSettings,
     ):
         self._call = call
         self._pools = pools
         self._opener = opener
         self._run = run
-        self._repetition = repetition
         self.ahead: Ahead | None = None  # a continuation opened for a candidate loop
         self._aheads = 0
 
@@ -122,10 +117,6 @@ class Continuer:
         """Whether a stream broken on ``after`` could be finished on a later tier at all
         (continued, prompted or restarted: :mod:`gateway.dispatch.finish`)."""
         return finishable(self._call, self._call.d.tiers, after)
-
-    def loop_start(self, state: StreamState) -> int | None:
-        """Where the loop in a stream's text begins (the clean text is before it)."""
-        return find_loop_start(state.text(), self._repetition, state.finish_reason == "length")
 
     # -- ahead of a candidate loop (see Ahead) ------------------------------------------------
     @property

@@ -1,31 +1,53 @@
-"""The live checks of a stream: incremental checks on a growing text.
+"""The live checks of a stream: the partial-text checks of a route on a growing text.
 
-:class:`LiveChecks` runs the incremental checks (repetition, template leak) on the tail
-of the text every ``every`` new characters, so their cost per chunk is amortised O(1)
-whatever the answer's length.
+:class:`LiveChecks` asks each check what it can do (:class:`~gateway.checks.base.Abilities`)
+and runs the partial-text ones where they said: each batch's new text before it goes out
+(``delta``), all the text so far (``text``), the first characters once (``head``), or a
+tail window every ``every`` new characters (``window``), so a window check's cost per chunk
+is amortised O(1) whatever the answer's length. Whole-answer checks wait for the end.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gateway.checks.base import Check, CheckResult, Output, RequestFacts, fail, run_checks, snippet
+from gateway.checks.base import Check, CheckResult, RequestFacts, Scan
 from gateway.upstream.sse import StreamState
 
-INCREMENTAL = ("repetition", "template_leak")  # checks that make sense on a partial answer
+HEAD_CHARS = 256  # what a ``head`` check sees: the answer's first characters
+
+
+def _run(checks: Sequence[Check], text: str, facts: RequestFacts) -> CheckResult | None:
+    for c in checks:
+        result = c.run_partial(text, facts)
+        if not result.ok:
+            return result
+    return None
 
 
 class LiveChecks:
-    """The incremental checks of a route on a growing text, at amortised O(1) per chunk.
+    """The partial-text checks of a route on a growing text.
 
-    ``template_leak`` looks at every batch's new text (plus a small overlap, so a token
-    split across chunks is still seen) before the batch is forwarded: a leaked token
-    never reaches the client. ``repetition`` needs a span of text to see a loop, so it
-    runs on the tail window each time ``every`` new characters have arrived.
+    ``delta`` checks look at every batch's new text (plus the overlap they declared, so a
+    match split across chunks is still seen) before the batch is forwarded: what they
+    catch never reaches the client. ``window`` checks need a span of text (a loop), so
+    they run on the tail window each time ``every`` new characters have arrived.
     """
 
-    __slots__ = ("_every", "_facts", "_json", "_last", "_leak", "_periodic", "_seen", "_window")
-    _OVERLAP = 32  # longer than any template token
+    __slots__ = (
+        "_delta",
+        "_every",
+        "_facts",
+        "_head",
+        "_last",
+        "_overlap",
+        "_periodic",
+        "_seen",
+        "_text",
+        "_text_at",
+        "_whole_delta",
+        "_window",
+    )
 
     def __init__(
         self,
@@ -36,39 +58,47 @@ class LiveChecks:
         fresh: bool = True,
     ):
         """``fresh``: the text is an answer's beginning (not another tier's continuation)."""
-        self._leak = [c for c in checks if c.name == "template_leak"]
-        self._periodic = [c for c in checks if c.name in INCREMENTAL and c.name != "template_leak"]
+        partial = [c for c in checks if c.abilities.partial]
+        by = {s: [c for c in partial if c.abilities.scan is s] for s in Scan}
+        self._delta = by[Scan.DELTA]
+        self._periodic = by[Scan.WINDOW]
+        self._text = by[Scan.TEXT]
+        self._head = by[Scan.HEAD] if fresh else []  # a continuation's head is not the answer's
+        self._overlap = max((c.abilities.overlap or 0 for c in self._delta), default=0)
+        # delta checks whose passes on every delta are a pass on the whole text
+        self._whole_delta = [c for c in self._delta if c.abilities.overlap is not None]
         self._facts = facts
         self._every = every
         self._window = window
         self._last = 0  # chars at the last periodic run
         self._seen = 0  # chars the per-batch checks have seen
-        # JSON mode: the answer's first character says already whether it is JSON at all
-        self._json = fresh and facts.json_mode and any(c.name == "json_valid" for c in checks)
+        self._text_at = -1  # chars at the last run of the text checks
 
     def __bool__(self) -> bool:
-        return bool(self._leak or self._periodic or self._json)
+        return bool(self._delta or self._periodic or self._head or self._text)
 
-    def _json_start(self, state: StreamState) -> CheckResult | None:
-        """``json_valid``'s verdict on the first character: JSON begins with { or [ (a
-        Markdown fence or a sentence in front is not JSON, however it goes on)."""
-        head = state.text()[:256].lstrip()
-        if not head:
+    def _head_run(self, state: StreamState) -> CheckResult | None:
+        """The head checks, once, when the answer's first visible characters are here."""
+        head = state.text()[:HEAD_CHARS]
+        if not head.strip():
             return None
-        self._json = False  # once
-        if head[0] in "{[":
-            return None
-        return fail("json_valid", f"JSON mode, and the answer begins with {snippet(head, 24)}")
+        checks, self._head = self._head, []
+        return _run(checks, head, self._facts)
 
     def maybe_run(self, state: StreamState) -> CheckResult | None:
-        if self._json and state.chars:
-            bad = self._json_start(state)
+        if self._head and state.chars:
+            bad = self._head_run(state)
             if bad is not None:
                 return bad
-        if self._leak and state.chars > self._seen:
-            new = state.tail(state.chars - self._seen + self._OVERLAP)
+        if self._delta and state.chars > self._seen:
+            new = state.tail(state.chars - self._seen + self._overlap)
             self._seen = state.chars
-            bad = run_checks(self._leak, Output(new, None, []), self._facts)
+            bad = _run(self._delta, new, self._facts)
+            if bad is not None:
+                return bad
+        if self._text and state.chars != self._text_at:
+            self._text_at = state.chars
+            bad = _run(self._text, state.text(), self._facts)
             if bad is not None:
                 return bad
         if self._periodic and state.chars - self._last >= self._every:
@@ -76,21 +106,27 @@ class LiveChecks:
         return None
 
     def run(self, state: StreamState) -> CheckResult | None:
-        """Everything on the tail window, now (end of the hold-back window)."""
+        """Everything on the tail window (the text checks on the text), now: the end of the
+        hold-back window."""
         if state.chars == self._last:
             return None
         self._last = self._seen = state.chars
-        out = Output(state.tail(self._window), None, [])
-        return run_checks(self._leak + self._periodic, out, self._facts)
+        tail = state.tail(self._window)
+        bad = _run(self._delta, tail, self._facts) or _run(self._periodic, tail, self._facts)
+        if bad is None and self._text and state.chars != self._text_at:
+            self._text_at = state.chars
+            bad = _run(self._text, state.text(), self._facts)
+        return bad
 
-    def passed_whole(self, state: StreamState) -> frozenset[str]:
-        """Checks whose verdict on the whole text is known to be a pass: the leak check saw
-        every character; the periodic ones ran at the final length on a window that held
-        all of it (with no finish reason: the repetition check reads "length" as well)."""
-        names: set[str] = set()
-        if self._leak and self._seen == state.chars:
-            names.update(c.name for c in self._leak)
+    def passed_whole(self, state: StreamState) -> frozenset[int]:
+        """The ``id`` of each check whose verdict on the whole text is known to be a pass:
+        a delta check with a bounded overlap saw every character; the window ones ran at
+        the final length on a window that held all of it (with no finish reason: the
+        whole-answer run reads "length" as well)."""
+        done: set[int] = set()
+        if self._seen == state.chars:
+            done.update(map(id, self._whole_delta))
         whole = self._last == state.chars and state.chars <= self._window
         if whole and state.finish_reason != "length":
-            names.update(c.name for c in self._periodic)
-        return frozenset(names)
+            done.update(map(id, self._periodic))
+        return frozenset(done)

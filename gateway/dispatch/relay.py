@@ -29,7 +29,6 @@ from gateway.dispatch.call import Call
 from gateway.dispatch.continuation import Continuer
 from gateway.dispatch.fallback import reason, verdict
 from gateway.dispatch.finish import separator
-from gateway.dispatch.loopguard import LoopGuard
 from gateway.dispatch.opening import StreamStart
 from gateway.dispatch.outcome import Failure, Trail, describe_fallback
 from gateway.dispatch.splice import DONE, Restart, Splice
@@ -37,8 +36,8 @@ from gateway.errors import GatewayError, StreamBroken, error_body
 from gateway.headers import H_CONTINUED, H_COST, H_FALLBACK, H_FINISH
 from gateway.upstream.failures import (
     AttemptFailed,
+    CheckFailed,
     ClientSlow,
-    LoopFound,
     Stall,
     StreamCut,
     check_failed,
@@ -46,7 +45,7 @@ from gateway.upstream.failures import (
 from gateway.upstream.framing import data_payloads
 from gateway.upstream.sse import StreamState
 
-_LOOP = "the text repeats one unit (held back, not sent)"
+_HELD = "the text it held confirmed a failure (a loop: held back, not sent)"
 
 
 class Sink(Protocol):
@@ -87,7 +86,7 @@ class StreamRelay:
         self.broken = False  # it ended with an error event
         self._active: StreamStart | None = start  # the upstream stream being relayed
         self._splice: Splice | None = None
-        self._guard = LoopGuard() if "repetition" in call.d.checks else None
+        self._guard = call.guard()  # (its check's name, the guard): a loop is held back
         self._last: StreamState = start.state
         self._pool = start.pool  # the tier whose price the answer is charged at
         self._strip = not call.wants_usage  # the usage chunk was asked for by us, not them
@@ -159,7 +158,7 @@ class StreamRelay:
         the separator in front of one that does not begin with it)."""
         self._active, self._last, self._pool = nxt, nxt.state, nxt.pool
         if self._guard is not None:
-            self._guard = LoopGuard()  # the new stream's own text
+            self._guard = self.call.guard()  # the new stream's own text
         self._splice = Splice(first, echo, self.sent_tokens, self.call.wants_usage, restart)
         head = self._splice.rewrite(data_payloads(nxt.head))
         if head:
@@ -172,7 +171,8 @@ class StreamRelay:
         if not (live or splice is not None or self._strip or self._can_continue()):
             await self._passthrough(s, sink)
             return
-        guard, held = self._guard, b""
+        held = b""
+        check, guard = self._guard if self._guard is not None else ("", None)
         rate = s.rate if self._can_continue() else None  # else a slow stream is still the answer
         with _as_broken():
             while chunk := await s.up.read():
@@ -191,7 +191,7 @@ class StreamRelay:
                     out = drop_usage(out)
                 if guard is not None and guard.update(state):  # a candidate loop: hold it
                     if guard.confirmed(state):
-                        raise _Broken(LoopFound(_LOOP))
+                        raise _Broken(CheckFailed(_HELD, check, guard.start))
                     if self._cont.wants_ahead and state.resumable:  # its continuation
                         prefix = state.text()[: min(guard.start, self.sent_chars)]
                         self._cont.open_ahead(self.tier, prefix, self.sent_tokens, False)
@@ -279,12 +279,13 @@ class StreamRelay:
             return
         text = state.text()
         prefix = text[: self.sent_chars]
-        if isinstance(b.error, LoopFound):
-            loop = self._cont.loop_start(state)
-            if self._guard is not None and self._guard.period:
-                loop = min(loop if loop is not None else self._guard.start, self._guard.start)
-            if loop is not None:
-                prefix = text[: min(loop, self.sent_chars)]
+        if isinstance(b.error, CheckFailed):  # before the failure, where the check knows it
+            good = self.call.good_prefix(b.error, text, state.finish_reason)
+            held = self._guard[1] if self._guard is not None else None
+            if held is not None and held.holding:  # the text it holds was not sent
+                good = held.start if good is None else min(good, held.start)
+            if good is not None:
+                prefix = text[: min(good, self.sent_chars)]
         try:
             taken = await self._cont.take_ahead(prefix, self.trail)
             self.tier, nxt = taken or await self._cont.open(

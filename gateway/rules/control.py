@@ -27,8 +27,9 @@ from gateway.rules.schema import Rules, RulesError, parse_rules
 
 
 class RulesVersions(Protocol):
-    """What rule changes need of the store: numbered versions, the current one, and an
-    announcement to every replica. The store implements it; the rules do not import it."""
+    """What rule changes need of the store: numbered versions and the current one. Making a
+    version current announces it to every replica (the store does, on that write). The
+    store implements it; the rules do not import it."""
 
     async def save_rules(self, text: str, meta: dict[str, Any]) -> int: ...
     async def set_current_rules(self, version: int) -> None: ...
@@ -38,7 +39,6 @@ class RulesVersions(Protocol):
     async def current_rules(self) -> tuple[int, str] | None: ...
     async def rules_versions(self) -> list[dict[str, Any]]: ...
     async def rules_text(self, version: int) -> str | None: ...
-    async def publish(self, event: dict[str, Any]) -> None: ...
 
 
 log = logging.getLogger("gateway.rules.schema")
@@ -119,17 +119,16 @@ class RulesControl:
             if text is None:
                 raise KeyError(version)
             rules = await self.parse_off_loop(text, f"version {version}")
-            await self.store.set_current_rules(version)
+            await self.store.set_current_rules(version)  # announced: every replica adopts it
+            log.info("rules: rollback to version %d by %s", version, by)
             self._swap(version, text, rules)
-            await self.store.publish({"type": "rules", "version": version, "by": by})
             return version
 
     async def _store(self, text: str, meta: dict[str, Any]) -> int:
         assert self.store is not None
         version = await self.store.save_rules(text, {**meta, "at": time.time()})
-        await self.store.set_current_rules(version)
+        await self.store.set_current_rules(version)  # announced: every replica adopts it
         self.text, self.version = text, version
-        await self.store.publish({"type": "rules", "version": version})
         return version
 
     async def _adopt(self, version: int, text: str) -> None:
@@ -145,8 +144,10 @@ class RulesControl:
         self._apply(rules)
         log.info("rules: now at version %d", version)
 
-    async def on_event(self, ev: dict[str, Any]) -> None:
-        if self.store is None or ev.get("type") not in ("rules", "resync"):
+    async def resync(self) -> None:
+        """Adopt the store's current version: the store announced a new one, or this replica
+        may have missed announcements (it was cut off from the store)."""
+        if self.store is None:
             return
         async with self._changing:  # the store's current version, read once it is our turn
             with contextlib.suppress(StoreUnavailable):
@@ -167,9 +168,8 @@ class RulesControl:
         assert self.store is not None
         meta = {"source": str(self.path), "by": by, "at": time.time()}
         version, text, ours = await self.store.claim_first_rules(self.text, meta)
-        if ours:
+        if ours:  # the store announced it
             self.version = version
-            await self.store.publish({"type": "rules", "version": version})
             log.info("rules: the store had none; the running rules recorded as version %d", version)
         elif version != self.version or text != self.text:
             await self._adopt(version, text)

@@ -14,11 +14,13 @@ from typing import Any, Final, Literal
 
 from pydantic import Field, field_validator
 
-from gateway.checks.base import CHECK_NAMES
+from gateway.checks.registry import BUILTINS
 from gateway.rules.base import Strict
 from gateway.rules.cache import CacheRule
 
-GUARDS: Final[tuple[str, ...]] = tuple(c for c in CHECK_NAMES if c != "refusal")
+GUARDS: Final[tuple[str, ...]] = tuple(
+    name for name, cls in BUILTINS.items() if not cls.abilities.opt_in
+)
 """The checks every rule with a fallback runs unless it drops them: each says an answer is
 broken whatever was asked (``refusal`` is a policy, only where a rule names it)."""
 

@@ -20,8 +20,8 @@ from typing import Any
 import yaml
 from pydantic import Field, ValidationError
 
-from gateway.checks.base import CHECK_NAMES
 from gateway.checks.config import CheckSettings
+from gateway.checks.registry import CHECK_NAMES
 from gateway.rules.base import Strict
 from gateway.rules.classification import (
     Classify,

@@ -35,6 +35,7 @@ from gateway.rules.control import RulesControl
 from gateway.rules.schema import Rules
 from gateway.settings import Settings
 from gateway.store.base import Store
+from gateway.store.events import Resync, RulesChanged
 from gateway.store.memory_store import MemoryStore
 from gateway.store.redis_store import RedisStore
 from gateway.telemetry.merge import merge, read_snapshots, write_snapshot
@@ -216,8 +217,9 @@ class Gateway:
         assert self.store is not None
         async for ev in self.store.events():
             self.access.on_event(ev)
-            if self.control is not None and ev.get("type") in ("rules", "resync"):
-                self.spawn(self.control.on_event(ev))  # a long parse holds up no revocation
+            match ev:
+                case RulesChanged() | Resync() if self.control is not None:
+                    self.spawn(self.control.resync())  # a long parse holds up no revocation
 
     async def close(self) -> None:
         if self.control is not None:
@@ -239,9 +241,7 @@ class Gateway:
 def _runtime(
     rules: Rules, pools: Pools, tel: Telemetry, store: Store | None, files: ModelFiles
 ) -> Runtime:
-    dispatcher = Dispatcher(
-        pools, build_checks(rules.checks), rules.dispatch, rules.checks.repetition, tel
-    )
+    dispatcher = Dispatcher(pools, build_checks(rules.checks), rules.dispatch, tel)
     served = pools.served()
     return Runtime(
         rules=rules,

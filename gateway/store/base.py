@@ -12,8 +12,8 @@ joined twice:
   (:mod:`gateway.store.redis_conn`: key layout, bounded calls, the breaker). Tenant
   writes are compare-and-set (retried), so concurrent admin writes never lose an update.
   Admission and settling are one Lua call each (:mod:`gateway.tenancy.limits`), on keys
-  of one hash slot. Every write is announced on a pub/sub channel so other replicas drop
-  their cached copies at once.
+  of one hash slot. Every write announces itself on a pub/sub channel (a typed event,
+  :mod:`gateway.store.events`), so other replicas drop their cached copies at once.
 * :class:`gateway.store.memory_store.MemoryStore` — the same in one process: the embedded
   default (one replica).
 
@@ -25,11 +25,12 @@ degraded right now is its :attr:`Lifecycle.health`.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Collection
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gateway.rules.control import RulesVersions
+from gateway.store.events import Event
 from gateway.store.health import StoreHealth
 from gateway.tenancy.limits import NO_RESERVE, Admission, Hold, Reserve
 from gateway.tenancy.tenants import ApiKey, Policy, Tenant
@@ -91,7 +92,7 @@ class UsageStore(Protocol):
         p: Policy,
         hold: Hold | None = None,
     ) -> None: ...
-    async def usage(self, tenant_id: str, day: str | None = None) -> dict[str, int]: ...
+    async def usage(self, tenant_id: str, day: str | None = None) -> Usage: ...
 
 
 class AuditStore(Protocol):
@@ -105,8 +106,11 @@ class ShadowStore(Protocol):
 
 
 class EventBus(Protocol):
-    async def publish(self, event: dict[str, Any]) -> None: ...
-    def events(self) -> AsyncIterator[dict[str, Any]]: ...
+    """Every replica's view of the store's writes. The writes announce themselves; a
+    consumer iterates :meth:`events` and ``match``es on the event types."""
+
+    async def publish(self, event: Event) -> None: ...
+    def events(self) -> AsyncIterator[Event]: ...
 
 
 class Store(
@@ -149,18 +153,61 @@ class Used:
         return self.prompt + self.completion
 
 
+# the usage counters of a day, by name: a plain count, or a prefix and what it counts by
+_TOKENS_BY = "tokens:"
+_FALLBACKS_BY = "fallbacks:"
+_COST = "cost_micro_usd"
+_COST_BY = _COST + ":"
+
+
 def usage_fields(u: Used) -> list[tuple[str, int]]:
-    """The usage counters one answered request adds to: (field, amount)."""
+    """The usage counters one answered request adds to: (field, amount); read back by
+    :meth:`Usage.decode`."""
     out = [
         ("requests", 1),
-        (f"tokens:{u.tier}", u.tokens),
+        (_TOKENS_BY + u.tier, u.tokens),
         ("prompt_tokens", u.prompt),
         ("completion_tokens", u.completion),
     ]
     if u.micro_usd:
-        out += [("cost_micro_usd", u.micro_usd), (f"cost_micro_usd:{u.tier}", u.micro_usd)]
+        out += [(_COST, u.micro_usd), (_COST_BY + u.tier, u.micro_usd)]
     if u.fallback:
-        out.append((f"fallbacks:{u.fallback}", 1))
+        out.append((_FALLBACKS_BY + u.fallback, 1))
     if u.saved:
         out += [("cache_hits", 1), ("cache_saved_tokens", u.saved)]
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """A tenant's usage of one day, as :func:`usage_fields` counted it. Cost in micro-USD."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    tokens_by_tier: Mapping[str, int] = field(default_factory=dict)
+    fallbacks_by_reason: Mapping[str, int] = field(default_factory=dict)
+    cost_micro_usd: int = 0
+    cost_micro_usd_by_tier: Mapping[str, int] = field(default_factory=dict)
+    cache_hits: int = 0
+    cache_saved_tokens: int = 0
+
+    @classmethod
+    def decode(cls, counters: Mapping[str, int]) -> Usage:
+        """The record of a day's stored counters; a counter it does not know is skipped
+        (one a newer gateway adds)."""
+
+        def by(prefix: str) -> dict[str, int]:
+            return {k.removeprefix(prefix): n for k, n in counters.items() if k.startswith(prefix)}
+
+        return cls(
+            requests=counters.get("requests", 0),
+            prompt_tokens=counters.get("prompt_tokens", 0),
+            completion_tokens=counters.get("completion_tokens", 0),
+            tokens_by_tier=by(_TOKENS_BY),
+            fallbacks_by_reason=by(_FALLBACKS_BY),
+            cost_micro_usd=counters.get(_COST, 0),
+            cost_micro_usd_by_tier=by(_COST_BY),
+            cache_hits=counters.get("cache_hits", 0),
+            cache_saved_tokens=counters.get("cache_saved_tokens", 0),
+        )

@@ -1,17 +1,37 @@
-"""Events (:class:`~gateway.store.base.EventBus`): every admin write announced to every
-replica, through Redis pub/sub or in this process.
+"""Events (:class:`~gateway.store.base.EventBus`): every store write announced to every
+replica, as typed values, through Redis pub/sub or in this process.
 
-Redis: the subscriber reconnects by itself; it yields ``{"type": "store_down"}`` when it
-lost the channel and ``{"type": "resync"}`` once it is subscribed again, so a consumer
-re-reads whatever it may have missed meanwhile.
+The events, one frozen value per kind; a consumer ``match``es on them::
+
+    RulesChanged(version)      a rules version became current (stored, rolled back to,
+                               or claimed as the first one of an empty store)
+    TenantChanged(tenant_id)   a tenant was created, changed (name, policy) or deleted
+    KeyChanged(digest)         an API key was added or deleted (revoked, rotated, its tenant
+                               deleted)
+    Resync()                   this subscriber is (re)subscribed: whatever it may have
+                               missed meanwhile, it re-reads
+    StoreDown()                this subscriber lost the channel; it reconnects by itself
+    Unknown(tag, data)         a kind this version does not know (a newer replica's) or a
+                               message it cannot read: never an error, ignored by consumers
+
+A write announces itself: the store method that performs it publishes its event (the
+tenants, keys and versions parts), once, whoever called it. ``Resync`` and ``StoreDown``
+are said by the subscriber, never published.
+
+One encoding, :func:`encode` / :func:`decode`: a JSON object tagged by ``"type"``
+(``{"type": "tenant", "id": "ten_1"}``), the wire format replicas have always spoken, so
+old and new replicas understand each other during a rolling upgrade. Nothing else reads
+the tag.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+from typing import Any, ClassVar, get_type_hints
 
 import orjson
 
@@ -20,26 +40,117 @@ from gateway.store.redis_conn import RedisPart
 _RECONNECT_S = 0.5
 
 
+@dataclass(frozen=True, slots=True)
+class RulesChanged:
+    version: int
+    tag: ClassVar[str] = "rules"
+
+
+@dataclass(frozen=True, slots=True)
+class TenantChanged:
+    tenant_id: str = field(metadata={"wire": "id"})
+    tag: ClassVar[str] = "tenant"
+
+
+@dataclass(frozen=True, slots=True)
+class KeyChanged:
+    digest: str
+    tag: ClassVar[str] = "key"
+
+
+@dataclass(frozen=True, slots=True)
+class Resync:
+    tag: ClassVar[str] = "resync"
+
+
+@dataclass(frozen=True, slots=True)
+class StoreDown:
+    tag: ClassVar[str] = "store_down"
+
+
+@dataclass(frozen=True, slots=True)
+class Unknown:
+    tag: str  # "" when the message had none
+    data: Mapping[str, Any] = field(default_factory=dict)  # the rest of the message
+
+
+Known = RulesChanged | TenantChanged | KeyChanged | Resync | StoreDown
+Event = Known | Unknown
+
+KINDS: tuple[type[Known], ...] = (RulesChanged, TenantChanged, KeyChanged, Resync, StoreDown)
+
+
+@dataclass(frozen=True, slots=True)
+class _Kind:
+    """How one kind of event is read: its class and its fields (name, wire name, type)."""
+
+    make: Callable[..., Known]
+    fields: tuple[tuple[str, str, type], ...]
+
+
+def _kind(cls: type[Known]) -> _Kind:
+    hints = get_type_hints(cls)
+    return _Kind(
+        cls, tuple((f.name, f.metadata.get("wire", f.name), hints[f.name]) for f in fields(cls))
+    )
+
+
+_BY_TAG: Mapping[str, _Kind] = MappingProxyType({c.tag: _kind(c) for c in KINDS})
+
+
+def encode(ev: Event) -> bytes:
+    """The event as it travels: a JSON object tagged by ``"type"``."""
+    match ev:
+        case Unknown(tag=tag, data=extra):
+            return orjson.dumps({**extra, "type": tag})
+        case _:
+            kind = _BY_TAG[ev.tag]
+            return orjson.dumps({"type": ev.tag, **{w: getattr(ev, n) for n, w, _ in kind.fields}})
+
+
+def decode(raw: bytes | str) -> Event:
+    """The event of a message; :class:`Unknown` for one it cannot read, never an error."""
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return Unknown("")
+    if not isinstance(doc, dict):
+        return Unknown("")
+    tag = doc.get("type")
+    tag = tag if isinstance(tag, str) else ""
+    extra = {k: v for k, v in doc.items() if k != "type"}
+    kind = _BY_TAG.get(tag)
+    if kind is None:
+        return Unknown(tag, extra)
+    args = {n: doc.get(w) for n, w, _ in kind.fields}
+    if any(type(args[n]) is not t for n, _, t in kind.fields):  # bool is no int here
+        return Unknown(tag, extra)
+    return kind.make(**args)
+
+
 class RedisEvents(RedisPart):
+    """Pub/sub on ``events``. The Redis parts that write (tenants, keys, versions) are
+    event parts too, so each write publishes its own event."""
+
     @property
     def _channel(self) -> str:
         return self._c.k("events")
 
-    async def publish(self, event: dict[str, Any]) -> None:
-        await self._c.call(self._c.r.publish(self._channel, orjson.dumps(event)))
+    async def publish(self, event: Event) -> None:
+        await self._c.call(self._c.r.publish(self._channel, encode(event)))
 
-    async def events(self) -> AsyncIterator[dict[str, Any]]:
+    async def events(self) -> AsyncIterator[Event]:
         while True:
             sub = self._c.subscriber()
             try:
                 await sub.subscribe(self._channel)
-                yield {"type": "resync"}  # (re)subscribed: whatever we missed, re-read it
+                yield Resync()  # (re)subscribed: whatever we missed, re-read it
                 while True:
                     msg = await sub.get_message(timeout=1.0)
-                    if msg is not None and msg.get("type") == "message":
-                        yield orjson.loads(msg["data"])
+                    if msg is not None and isinstance(msg.get("data"), bytes):  # a message
+                        yield decode(msg["data"])
             except Exception:  # any trouble: say so, reconnect, then the consumer resyncs
-                yield {"type": "store_down"}
+                yield StoreDown()
                 await asyncio.sleep(_RECONNECT_S)
             finally:
                 with contextlib.suppress(Exception):
@@ -49,14 +160,14 @@ class RedisEvents(RedisPart):
 class MemoryEvents:
     def __init__(self) -> None:
         super().__init__()
-        self._listeners: list[asyncio.Queue[dict[str, Any]]] = []
+        self._listeners: list[asyncio.Queue[Event]] = []
 
-    async def publish(self, event: dict[str, Any]) -> None:
+    async def publish(self, event: Event) -> None:
         for q in self._listeners:
             q.put_nowait(event)
 
-    async def events(self) -> AsyncIterator[dict[str, Any]]:
-        q: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    async def events(self) -> AsyncIterator[Event]:
+        q: asyncio.Queue[Event] = asyncio.Queue()
         self._listeners.append(q)
         try:
             while True:

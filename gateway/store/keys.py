@@ -5,13 +5,17 @@ with ``keyid:<id>`` -> digest and the tenant's set ``{tenant}:keys`` as indexes.
 in different hash slots, so a write is two ordered steps that are safe to interrupt: a
 new key gets its indexes first and becomes usable last; a deleted key stops working
 first and loses its indexes after (an index without its key is skipped when read).
+
+Every write announces itself (:class:`~gateway.store.events.KeyChanged`): a revoked key
+stops working on every replica at once, and a new one is not refused by a replica that
+remembered its digest as unknown.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from gateway.store.redis_conn import RedisPart
+from gateway.store.events import KeyChanged, MemoryEvents, RedisEvents
 from gateway.tenancy.tenants import ApiKey, Tenant
 
 
@@ -28,7 +32,7 @@ async def _with_tenant(store: _WithTenants, digest: str) -> tuple[ApiKey, Tenant
     return (k, t) if k is not None and t is not None else None
 
 
-class RedisKeys(RedisPart):
+class RedisKeys(RedisEvents):
     async def add_key(self, k: ApiKey) -> None:
         c = self._c
         pipe = c.pipeline()
@@ -36,6 +40,7 @@ class RedisKeys(RedisPart):
         pipe.sadd(c.t(k.tenant_id, "keys"), k.id)
         await c.call(pipe.execute())
         await c.call(c.r.set(c.k("key", k.digest), k.model_dump_json()))
+        await self.publish(KeyChanged(k.digest))
 
     async def get_key(self, key_id: str) -> ApiKey | None:
         digest = await self._c.call(self._c.r.get(self._c.k("keyid", key_id)))
@@ -63,10 +68,11 @@ class RedisKeys(RedisPart):
         pipe.delete(c.k("keyid", k.id))
         pipe.srem(c.t(k.tenant_id, "keys"), k.id)
         await c.call(pipe.execute())
+        await self.publish(KeyChanged(k.digest))
         return k
 
 
-class MemoryKeys:
+class MemoryKeys(MemoryEvents):
     def __init__(self) -> None:
         super().__init__()
         self._keys: dict[str, ApiKey] = {}
@@ -75,6 +81,7 @@ class MemoryKeys:
     async def add_key(self, k: ApiKey) -> None:
         self._keys[k.id] = k
         self._by_digest[k.digest] = k.id
+        await self.publish(KeyChanged(k.digest))
 
     async def get_key(self, key_id: str) -> ApiKey | None:
         return self._keys.get(key_id)
@@ -93,4 +100,5 @@ class MemoryKeys:
         k = self._keys.pop(key_id, None)
         if k is not None:
             self._by_digest.pop(k.digest, None)
+            await self.publish(KeyChanged(k.digest))
         return k

@@ -5,6 +5,9 @@ lists their ids. An update is compare-and-set (:data:`CAS_LUA`: written only if 
 is still the one the change was computed from, else re-read and retried), so concurrent
 admin writes on any replicas never lose an update, on a Cluster too (no WATCH needed).
 Deleting a tenant deletes its keys first (the one write that spans two concerns).
+
+Every write announces itself (:class:`~gateway.store.events.TenantChanged`; a deleted
+tenant's keys each a :class:`~gateway.store.events.KeyChanged`, by the key part).
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ from collections.abc import Callable
 from typing import Protocol
 
 from gateway.store.base import Conflict
-from gateway.store.redis_conn import RedisConn, RedisPart
+from gateway.store.events import MemoryEvents, RedisEvents, TenantChanged
+from gateway.store.redis_conn import RedisConn
 from gateway.tenancy.tenants import ApiKey, Tenant
 
 CAS_LUA = """
@@ -49,7 +53,7 @@ async def _delete_with_keys(store: _WithKeys, tenant_id: str) -> list[ApiKey] | 
     return keys
 
 
-class RedisTenants(RedisPart):
+class RedisTenants(RedisEvents):
     def __init__(self, c: RedisConn):
         super().__init__(c)
         self._cas = c.script(CAS_LUA)
@@ -60,6 +64,7 @@ class RedisTenants(RedisPart):
         pipe.set(c.t(t.id, "tenant"), t.model_dump_json())
         pipe.sadd(c.k("tenants"), t.id)
         await c.call(pipe.execute())
+        await self.publish(TenantChanged(t.id))
 
     async def get_tenant(self, tenant_id: str) -> Tenant | None:
         raw = await self._c.call(self._c.r.get(self._c.t(tenant_id, "tenant")))
@@ -86,6 +91,7 @@ class RedisTenants(RedisPart):
                 return None
             new = _bumped(Tenant.model_validate_json(raw), change)
             if await self._c.call(self._cas(keys=[key], args=[raw, new.model_dump_json()])):
+                await self.publish(TenantChanged(tenant_id))
                 return new
             await asyncio.sleep(0.001)
         raise Conflict(f"tenant {tenant_id} is being changed too often; try again")
@@ -100,9 +106,10 @@ class RedisTenants(RedisPart):
         pipe.delete(c.t(tenant_id, "keys"))
         pipe.srem(c.k("tenants"), tenant_id)
         await c.call(pipe.execute())
+        await self.publish(TenantChanged(tenant_id))
 
 
-class MemoryTenants:
+class MemoryTenants(MemoryEvents):
     def __init__(self) -> None:
         super().__init__()
         self._tenants: dict[str, Tenant] = {}
@@ -110,6 +117,7 @@ class MemoryTenants:
 
     async def create_tenant(self, t: Tenant) -> None:
         self._tenants[t.id] = t
+        await self.publish(TenantChanged(t.id))
 
     async def get_tenant(self, tenant_id: str) -> Tenant | None:
         return self._tenants.get(tenant_id)
@@ -125,10 +133,12 @@ class MemoryTenants:
             if t is None:
                 return None
             self._tenants[tenant_id] = new = _bumped(t, change)
-            return new
+        await self.publish(TenantChanged(tenant_id))
+        return new
 
     async def delete_tenant(self: _WithKeys, tenant_id: str) -> list[ApiKey] | None:
         return await _delete_with_keys(self, tenant_id)
 
     async def _drop_tenant(self, tenant_id: str) -> None:
         self._tenants.pop(tenant_id, None)
+        await self.publish(TenantChanged(tenant_id))

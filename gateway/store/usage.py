@@ -1,5 +1,7 @@
 """Usage (:class:`~gateway.store.base.UsageStore`): what answered requests used, counted
-against the limits and kept as daily statistics, in Redis and in this process.
+against the limits and kept as daily statistics, in Redis and in this process. A day's
+counters (:func:`~gateway.store.base.usage_fields`) are read back as one typed
+:class:`~gateway.store.base.Usage`.
 
 Redis: settling a request is one :data:`~gateway.tenancy.limits.DEBIT_LUA` call on the
 tenant's hash slot: it gives back the admission's reservation, debits the tokens bucket
@@ -16,7 +18,7 @@ from __future__ import annotations
 import time
 
 from gateway.store.admission import MemoryLimits
-from gateway.store.base import Used, today, usage_fields
+from gateway.store.base import Usage, Used, today, usage_fields
 from gateway.store.redis_conn import RedisConn, RedisPart
 from gateway.tenancy.limits import (
     DEBIT_LUA,
@@ -74,10 +76,10 @@ class RedisUsage(RedisPart):
             args += [field, n]
         await c.call(self._debit(keys=keys, args=args))
 
-    async def usage(self, tenant_id: str, day: str | None = None) -> dict[str, int]:
+    async def usage(self, tenant_id: str, day: str | None = None) -> Usage:
         c = self._c
         raw = await c.call(c.r.hgetall(c.t(tenant_id, "usage:" + (day or today()))))
-        return {k.decode(): int(v) for k, v in raw.items()}
+        return Usage.decode({k.decode(): int(v) for k, v in raw.items()})
 
 
 class MemoryUsage(MemoryLimits):
@@ -97,5 +99,5 @@ class MemoryUsage(MemoryLimits):
             u[k] = u.get(k, 0) + n
         self._limiter.debit(tenant_id, used.tokens, p, used.micro_usd, hold)
 
-    async def usage(self, tenant_id: str, day: str | None = None) -> dict[str, int]:
-        return dict(self._usage.get((tenant_id, day or today()), {}))
+    async def usage(self, tenant_id: str, day: str | None = None) -> Usage:
+        return Usage.decode(self._usage.get((tenant_id, day or today()), {}))

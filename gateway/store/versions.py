@@ -8,6 +8,9 @@ which one runs. A text is stored before it is listed, so a listed version always
 The first version of an empty store (a fleet starting, a Redis that came back empty) is
 claimed with ``SET NX`` on ``rules:current``: when every replica records its rules at once,
 one version wins, the others adopt it, and the history lists only it.
+
+A version that becomes current announces itself (:class:`~gateway.store.events.RulesChanged`):
+when it is set, and when a first version is claimed; a version only stored does not.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ import orjson
 
 from gateway.errors import StoreUnavailable
 from gateway.store.base import RULES_MAX
-from gateway.store.redis_conn import RedisConn, RedisPart
+from gateway.store.events import MemoryEvents, RedisEvents, RulesChanged
+from gateway.store.redis_conn import RedisConn
 
 # rules:current := ARGV[2] if it still holds ARGV[1] (a version whose text was lost)
 _REPLACE_LUA = """
@@ -30,7 +34,7 @@ return 0
 """
 
 
-class RedisRules(RedisPart):
+class RedisRules(RedisEvents):
     def __init__(self, c: RedisConn):
         super().__init__(c)
         self._replace = c.script(_REPLACE_LUA)
@@ -44,6 +48,7 @@ class RedisRules(RedisPart):
 
     async def set_current_rules(self, version: int) -> None:
         await self._c.call(self._c.r.set(self._c.k("rules", "current"), version))
+        await self.publish(RulesChanged(version))
 
     async def claim_first_rules(self, text: str, meta: dict[str, Any]) -> tuple[int, str, bool]:
         cur = await self.current_rules()
@@ -67,6 +72,7 @@ class RedisRules(RedisPart):
                     raise StoreUnavailable("the current rules version changed while read")
                 return (*cur, False)
         await c.call(c.r.rpush(c.k("rules", "meta"), orjson.dumps({"version": version, **meta})))
+        await self.publish(RulesChanged(version))
         return version, text, True
 
     async def current_rules(self) -> tuple[int, str] | None:
@@ -90,7 +96,7 @@ class RedisRules(RedisPart):
         return raw.decode() if raw is not None else None
 
 
-class MemoryRules:
+class MemoryRules(MemoryEvents):
     def __init__(self) -> None:
         super().__init__()
         self._rules: list[tuple[str, dict[str, Any]]] = []
@@ -102,13 +108,14 @@ class MemoryRules:
 
     async def set_current_rules(self, version: int) -> None:
         self._current = version
+        await self.publish(RulesChanged(version))
 
     async def claim_first_rules(self, text: str, meta: dict[str, Any]) -> tuple[int, str, bool]:
         cur = await self.current_rules()
         if cur is not None:
             return (*cur, False)
         version = await self.save_rules(text, meta)
-        self._current = version
+        await self.set_current_rules(version)
         return version, text, True
 
     async def current_rules(self) -> tuple[int, str] | None:

@@ -35,8 +35,6 @@ the OpenAI error when it was the last — is one table, :mod:`gateway.dispatch.f
     │   ├── StreamErrorEvent         [stream_error]  the engine's own error event
     │   └── EmptyStream              [stream_empty]  it ended before its first token
     ├── CheckFailed                  [check_<name>]  a quality check failed on the answer
-    │   ├── LoopFound                [check_repetition]     the text repeats one unit
-    │   └── TemplateLeaked           [check_template_leak]  a chat-template token in the text
     ├── Shed                         [shed]          the tier's queue could not start it in time
     ├── TierMisconfigured            [config]        e.g. a hosted tier's key variable is unset
     ├── TierUnavailable              [unavailable]   circuit open or no replica up
@@ -47,8 +45,6 @@ failed check's result into its type: the two places where outside codes become t
 """
 
 from __future__ import annotations
-
-from types import MappingProxyType
 
 from gateway.checks.base import CheckResult
 
@@ -187,26 +183,14 @@ class EmptyStream(BadAnswer):
 
 
 class CheckFailed(AttemptFailed):
-    """A quality check failed on the answer; ``check`` is its name."""
+    """A quality check failed on the answer; ``check`` is its name. ``at``: where the good
+    text ends, when the failure knew it (a stream guard that confirmed the text it held);
+    otherwise the check itself is asked (``Check.good_prefix``)."""
 
-    def __init__(self, detail: str, check: str):
+    def __init__(self, detail: str, check: str, at: int | None = None):
         super().__init__(detail)
         self.check = check
-
-
-class LoopFound(CheckFailed):
-    """The repetition check: the text repeats one unit (the text before the loop is good)."""
-
-    def __init__(self, detail: str):
-        super().__init__(detail, "repetition")
-
-
-class TemplateLeaked(CheckFailed):
-    """The template-leak check: a chat-template token in the text (the text before it is
-    good)."""
-
-    def __init__(self, detail: str):
-        super().__init__(detail, "template_leak")
+        self.at = at
 
 
 # -- the gateway's side of the tier -------------------------------------------------------
@@ -244,13 +228,6 @@ def status_error(status: int, body: bytes) -> UpstreamStatus:
     return ClientRejected(status, "client error", body)
 
 
-_CHECK_TYPES: MappingProxyType[str, type[LoopFound] | type[TemplateLeaked]] = MappingProxyType(
-    {"repetition": LoopFound, "template_leak": TemplateLeaked}
-)
-
-
 def check_failed(result: CheckResult) -> CheckFailed:
-    """A failed check's result as its failure; the checks whose failure leaves good text
-    before it (a loop, a leaked template token) have types of their own."""
-    typed = _CHECK_TYPES.get(result.check)
-    return typed(result.reason) if typed is not None else CheckFailed(result.reason, result.check)
+    """A failed check's result as its failure."""
+    return CheckFailed(result.reason, result.check)

@@ -14,7 +14,6 @@ from pydantic import BaseModel, Field
 
 from gateway.admin.deps import AuditDep, GatewayDep, TenantDep
 from gateway.admin.routes.base import admin_router, errors
-from gateway.admin.wire import json_response
 from gateway.cache import ResponseCache
 from gateway.errors import NotFound, PermissionDenied
 from gateway.server.app import Gateway
@@ -53,13 +52,19 @@ async def inspect_cache(
     t: TenantDep,
     gw: GatewayDep,
     limit: Annotated[int, Query(ge=1, le=1000, description="entries listed")] = 100,
-) -> Response:
+) -> CacheOut:
     cache = _cache(gw)
     u = await cache.usage(t.id)
     data = await cache.entries(t.id, limit)
-    out = {"tenant_id": t.id, "store": cache.backend.name, "entries": u.entries}
-    out |= {"bytes": u.bytes, "max_bytes": u.max_bytes, "vectors": u.vectors}
-    return json_response({**out, "data": data})
+    return CacheOut(
+        tenant_id=t.id,
+        store=cache.backend.name,
+        entries=u.entries,
+        bytes=u.bytes,
+        max_bytes=u.max_bytes,
+        vectors=u.vectors,
+        data=data,
+    )
 
 
 @router.delete(
@@ -68,10 +73,10 @@ async def inspect_cache(
     response_model=PurgedOut,
     responses=errors(404),
 )
-async def purge_cache(t: TenantDep, gw: GatewayDep, audit: AuditDep) -> Response:
+async def purge_cache(t: TenantDep, gw: GatewayDep, audit: AuditDep) -> PurgedOut:
     n = await _cache(gw).purge(t.id)
     await audit("cache.purge", t.id, {"purged": n})
-    return json_response({"tenant_id": t.id, "purged": n})
+    return PurgedOut(tenant_id=t.id, purged=n)
 
 
 @router.delete(

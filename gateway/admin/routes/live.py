@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import time
 
-from fastapi import Response
-
 from gateway.admin.deps import GatewayDep, LiveDep, admin_or_console
 from gateway.admin.live import read_totals, summary
 from gateway.admin.models import LiveOut
 from gateway.admin.routes.base import admin_router
-from gateway.admin.wire import json_response
 
 router = admin_router("operations", auth=admin_or_console)
 
@@ -25,13 +22,12 @@ router = admin_router("operations", auth=admin_or_console)
     "fallbacks, check failures, cache hit rate",
     response_model=LiveOut,
 )
-async def live(gw: GatewayDep, window: LiveDep) -> Response:
+async def live(gw: GatewayDep, window: LiveDep) -> LiveOut:
     reading = window.read(time.monotonic(), read_totals(gw.prometheus().decode()))
     rt = gw.runtime
-    body = {
-        "at": time.time(),
-        "pools": rt.pools.state(),
-        "store_degraded": gw.access.degraded,
+    return LiveOut(
+        at=time.time(),
+        pools=rt.pools.state(),
+        store_degraded=gw.access.degraded,
         **summary(reading, rt.rules.tiers),
-    }
-    return json_response(body)
+    )

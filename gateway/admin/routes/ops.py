@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import Query, Response
+from fastapi import Query
 
 from gateway.admin.deps import ControlDep, GatewayDep, StoreDep
 from gateway.admin.models import ExplainIn, PoolsOut, RecordList
 from gateway.admin.routes.base import admin_router, errors
-from gateway.admin.wire import json_response
 from gateway.errors import BadRequest, NotFound, Unprocessable
 from gateway.routing.explain import explain as explain_request
 from gateway.rules.control import RulesControl
@@ -33,8 +32,8 @@ def _limit(raw: str | None, default: int, most: int) -> int:
     summary="Pool and replica state: health, circuit, load",
     response_model=PoolsOut,
 )
-async def pools(gw: GatewayDep) -> Response:
-    return json_response({"tiers": gw.runtime.pools.state(), "store_degraded": gw.access.degraded})
+async def pools(gw: GatewayDep) -> PoolsOut:
+    return PoolsOut(tiers=gw.runtime.pools.state(), store_degraded=gw.access.degraded)
 
 
 async def _rules_to_explain(body: ExplainIn, running: Rules, control: RulesControl) -> Rules:
@@ -55,7 +54,7 @@ async def _rules_to_explain(body: ExplainIn, running: Rules, control: RulesContr
 )
 async def explain(
     body: ExplainIn, gw: GatewayDep, store: StoreDep, control: ControlDep
-) -> Response:
+) -> dict[str, Any]:
     eff = None
     if body.tenant_id is not None:
         t = await store.get_tenant(body.tenant_id)
@@ -63,14 +62,13 @@ async def explain(
             raise NotFound(f"No tenant {body.tenant_id!r}.")
         eff = effective_policy(t, ApiKey(id="-", tenant_id=t.id, digest="", prefix=""))
     rt = gw.runtime
-    out = explain_request(
+    return explain_request(
         await _rules_to_explain(body, rt.rules, control),
         {"path": body.path, "headers": body.headers, "body": body.body},
         eff,
         rt.pools.health(),
         gw.model_files,
     )
-    return json_response(out)
 
 
 @router.get(
@@ -81,9 +79,9 @@ async def explain(
 async def audit_log(
     store: StoreDep,
     limit: Annotated[str | None, Query(description="an integer, 1..1000; default 100")] = None,
-) -> Response:
+) -> RecordList:
     n = _limit(limit, default=100, most=1000)
-    return json_response({"object": "list", "data": await store.audit_log(n)})
+    return RecordList(data=await store.audit_log(n))
 
 
 @router.get(
@@ -94,6 +92,6 @@ async def audit_log(
 async def shadow(
     store: StoreDep,
     limit: Annotated[str | None, Query(description="an integer, 1..5000; default 1000")] = None,
-) -> Response:
+) -> RecordList:
     n = _limit(limit, default=1000, most=5000)
-    return json_response({"object": "list", "data": await store.shadow_records(n)})
+    return RecordList(data=await store.shadow_records(n))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import Depends, Request, Response
+from fastapi import Depends, Request
 
 from gateway.admin.deps import Audit, AuditDep, ControlDep, StoreDep, admin_user
 from gateway.admin.models import (
@@ -21,7 +21,6 @@ from gateway.admin.models import (
     VersionOut,
 )
 from gateway.admin.routes.base import admin_router, errors
-from gateway.admin.wire import json_response
 from gateway.errors import BadRequest, NotFound, Unprocessable
 from gateway.rules.control import RulesControl
 from gateway.rules.schema import RulesError
@@ -35,14 +34,12 @@ UserDep = Annotated[str, Depends(admin_user)]
     summary="The running rules: version, YAML, last rejected change",
     response_model=RulesOut,
 )
-async def rules(control: ControlDep) -> Response:
-    return json_response(
-        {
-            "version": control.version,
-            "source": str(control.path),
-            "yaml": control.text,
-            "last_error": control.last_error,
-        }
+async def rules(control: ControlDep) -> RulesOut:
+    return RulesOut(
+        version=control.version,
+        source=str(control.path),
+        yaml=control.text,
+        last_error=control.last_error,
     )
 
 
@@ -68,13 +65,13 @@ YamlDep = Annotated[str, Depends(_yaml_text)]
     response_model=ValidateOut,
     openapi_extra=_yaml_body(),
 )
-async def validate_rules(text: YamlDep, control: ControlDep) -> Response:
+async def validate_rules(text: YamlDep, control: ControlDep) -> ValidateOut:
     try:
         r = await control.parse_off_loop(text, "validate")
     except RulesError as e:
-        return json_response({"valid": False, "errors": e.errors, "tiers": [], "rules": []})
+        return ValidateOut(valid=False, errors=e.errors, tiers=[], rules=[])
     names = [rule.name for rule in r.rules]
-    return json_response({"valid": True, "errors": [], "tiers": list(r.tiers), "rules": names})
+    return ValidateOut(valid=True, errors=[], tiers=list(r.tiers), rules=names)
 
 
 @router.put(
@@ -86,7 +83,7 @@ async def validate_rules(text: YamlDep, control: ControlDep) -> Response:
 )
 async def upload_rules(
     text: YamlDep, control: ControlDep, audit: AuditDep, who: UserDep
-) -> Response:
+) -> VersionOut:
     return await _submit(control, audit, text, "admin upload", who)
 
 
@@ -96,7 +93,7 @@ async def upload_rules(
     response_model=VersionOut,
     responses=errors(422),
 )
-async def reload_rules(control: ControlDep, audit: AuditDep, who: UserDep) -> Response:
+async def reload_rules(control: ControlDep, audit: AuditDep, who: UserDep) -> VersionOut:
     try:
         text = control.path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
@@ -106,7 +103,7 @@ async def reload_rules(control: ControlDep, audit: AuditDep, who: UserDep) -> Re
 
 async def _submit(
     control: RulesControl, audit: Audit, text: str, source: str, who: str
-) -> Response:
+) -> VersionOut:
     try:
         v = await control.submit(text, source, who)
     except RulesError as e:
@@ -114,7 +111,7 @@ async def _submit(
             "The rules are invalid; the running rules are unchanged.", e.errors
         ) from None
     await audit("rules.update", f"version {v}", {"source": source})
-    return json_response({"version": v})
+    return VersionOut(version=v)
 
 
 @router.post(
@@ -125,7 +122,7 @@ async def _submit(
 )
 async def rollback_rules(
     body: Rollback, control: ControlDep, audit: AuditDep, who: UserDep
-) -> Response:
+) -> VersionOut:
     try:
         v = await control.rollback(body.version, who)
     except KeyError:
@@ -133,17 +130,17 @@ async def rollback_rules(
     except RulesError as e:
         raise Unprocessable("That version no longer validates.", e.errors) from None
     await audit("rules.rollback", f"version {v}")
-    return json_response({"version": v})
+    return VersionOut(version=v)
 
 
 @router.get(
     "/admin/rules/versions", summary="Rule versions (newest last)", response_model=RecordList
 )
-async def rules_versions(store: StoreDep, control: ControlDep) -> Response:
+async def rules_versions(store: StoreDep, control: ControlDep) -> RecordList:
     data = await store.rules_versions()
     if not data and await control.rerecord():  # the store came back empty: ours, recorded
         data = await store.rules_versions()
-    return json_response({"object": "list", "data": data})
+    return RecordList(data=data)
 
 
 @router.get(
@@ -152,7 +149,7 @@ async def rules_versions(store: StoreDep, control: ControlDep) -> Response:
     response_model=RulesVersionOut,
     responses=errors(404),
 )
-async def rules_version(version: str, store: StoreDep) -> Response:
+async def rules_version(version: str, store: StoreDep) -> RulesVersionOut:
     try:
         v = int(version)
     except ValueError:
@@ -160,4 +157,4 @@ async def rules_version(version: str, store: StoreDep) -> Response:
     text = await store.rules_text(v)
     if text is None:
         raise NotFound(f"No rules version {v}.")
-    return json_response({"version": v, "yaml": text})
+    return RulesVersionOut(version=v, yaml=text)

@@ -1,0 +1,65 @@
+"""How a gateway replica picks an engine replica, per policy of ``python -m evals sched``,
+and how many prefixes a hashing scheme moves when one engine replica leaves.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gateway.rules.schema import Tier
+from gateway.upstream.pools import Pool
+from gateway.upstream.replicas import Replica
+
+Choose = Callable[[Pool, int, "Gw"], Replica]
+
+
+@dataclass
+class Gw:
+    """One gateway replica's view: its own pool (in-flight counts) and round-robin turn."""
+
+    pool: Pool
+    rr: itertools.count[int] = field(default_factory=itertools.count)
+
+
+def _rr(pool: Pool, affinity: int, gw: Gw) -> Replica:
+    return pool.replicas[next(gw.rr) % len(pool.replicas)]
+
+
+def _least(pool: Pool, affinity: int, gw: Gw) -> Replica:
+    return min(pool.replicas, key=lambda r: r.in_flight)
+
+
+def _modulo(pool: Pool, affinity: int, gw: Gw) -> Replica:
+    """The scheme this branch replaced: hash mod n, kept unless 25% (and 2) over the least."""
+    live = pool.replicas
+    preferred = live[affinity % len(live)]
+    least = min(live, key=lambda r: r.load)
+    return preferred if preferred.load <= least.load * 1.25 + 2 else least
+
+
+def _rendezvous(pool: Pool, affinity: int, gw: Gw) -> Replica:
+    return pool.choose(affinity)
+
+
+CHOOSERS: dict[str, Choose] = {
+    "round-robin": _rr,
+    "least-load": _least,
+    "modulo": _modulo,
+    "rendezvous": _rendezvous,
+}
+
+
+def moved(name: str, n: int) -> float | None:
+    """Share of 20,000 prefixes whose engine changes when engine 3 of ``n`` leaves."""
+    if name not in ("modulo", "rendezvous"):
+        return None
+    urls = tuple(f"http://engine-{i}:30000" for i in range(n))
+    full = Pool.create("x", Tier(endpoints=urls, model="m"))
+    less = Pool.create("x", Tier(endpoints=urls, model="m"))
+    less.replicas = [r for r in less.replicas if not r.url.startswith("http://engine-3:")]
+    gw = Gw(full)
+    keys = range(0, 20_000 * 7919, 7919)
+    changed = sum(CHOOSERS[name](full, k, gw).url != CHOOSERS[name](less, k, gw).url for k in keys)
+    return changed / len(keys)
