@@ -12,6 +12,7 @@
     python -m evals fleet [--replicas 3 --engines 4 --clients 12 --faults ...] [--out DIR]
     python -m evals semcache [--data evals/data/semantic_pairs.jsonl] [--out docs/reports]
     python -m evals cache [--duration 3 --clients 1,8 --scale 1] [--report FILE]
+    python -m evals routing [--workloads multiturn,... --loads moderate,near --routers ...]
 
 Each command is a module with ``main(argv) -> int`` (a harness's ``run`` module); add one
 by adding a line to COMMANDS.
@@ -38,6 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sched": ("evals.sched.run", "prefix affinity across 2 gateway replicas: cache hits, TTFT"),
     "semcache": ("evals.semcache.run", "semantic cache: false hits and hit rate, labelled pairs"),
     "cache": ("evals.cache.run", "response cache: a hit against the fast tier raw; a workload"),
+    "routing": ("evals.routing.run", "fleet routing: gateway vs sglang-router, 8 sim engines"),
 }
 
 

@@ -67,6 +67,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     rules = _load(path).with_endpoints(settings.pool_urls)
     tiers = ", ".join(f"{n} -> {','.join(t.endpoints)}" for n, t in rules.tiers.items())
     print(f"gateway: rules {path}; tiers: {tiers}", flush=True)
+    problem = _open_store(settings)
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     engines = _local_engines(settings, rules)
     try:
         if settings.worker_count() > 1:
@@ -75,6 +79,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
     finally:
         if engines is not None:
             engines.stop()
+
+
+def _open_store(settings: Settings) -> str | None:
+    """Say which store this gateway uses and where its data lives; create or migrate the
+    embedded store's file once (before any worker opens it). Why it cannot start, or None."""
+    from gateway.store.factory import prepare_file, store_line
+    from gateway.supervisor import check_workers
+
+    if settings.reuse_port:  # a supervised worker: the supervisor has said it and checked
+        return None
+    problem = check_workers(settings)
+    if problem is not None:
+        return problem
+    print(store_line(settings), flush=True)
+    return prepare_file(settings)
 
 
 def _one_line(e: ValueError) -> str:
@@ -92,12 +111,8 @@ def _one_line(e: ValueError) -> str:
 
 
 def _supervise(settings: Settings, path: Path) -> int:
-    from gateway.supervisor import Supervisor, check_workers
+    from gateway.supervisor import Supervisor
 
-    problem = check_workers(settings)
-    if problem is not None:
-        print(f"error: {problem}", file=sys.stderr)
-        return 2
     argv = ["--rules", str(path), "--host", settings.host, "--port", str(settings.port)]
     argv += ["--admin-host", settings.admin_host, "--admin-port", str(settings.admin_port)]
     return Supervisor(settings, argv).run()

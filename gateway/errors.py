@@ -9,6 +9,8 @@ Every error a client can see is a ``GatewayError``; the api layer turns it into
     │   ├── InvalidJSON           400 invalid_request_error / invalid_json
     │   ├── InvalidField          400 invalid_request_error / invalid_type, ...
     │   ├── InvalidBody           400 invalid_request_error / invalid_body (corrupt gzip ...)
+    │   ├── ContextTooLong        400 invalid_request_error / context_length_exceeded (no tier
+    │   │                             of the route holds the prompt and max_tokens)
     │   └── BodyTimeout           408 invalid_request_error / body_timeout
     ├── Unauthorized              401 authentication_error / invalid_api_key
     ├── PermissionDenied          403 permission_error / tier_not_allowed, admin_only
@@ -31,8 +33,8 @@ Beside the tree, one internal signal that never reaches a client as itself:
 :class:`StoreUnavailable` (the store could not be reached, refused the command, or
 answered too slowly); each caller turns it into its documented degraded mode or a 503.
 
-Upstream 4xx answers other than 408/429 are the client's fault and are relayed as
-they are, not wrapped.
+Upstream 4xx answers other than 408/429 are the client's fault: relayed with the engine's
+status and message, in the envelope above (``gateway.server.replies.engine_error``).
 """
 
 from __future__ import annotations
@@ -82,6 +84,13 @@ class InvalidField(BadRequest):
 
 class InvalidBody(BadRequest):
     code = "invalid_body"
+
+
+class ContextTooLong(BadRequest):
+    """The prompt and ``max_tokens`` fit the context window of no tier of the route (by the
+    gateway's estimate, or as each engine that was tried said)."""
+
+    code = "context_length_exceeded"
 
 
 class BodyTimeout(BadRequest):

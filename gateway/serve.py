@@ -4,13 +4,14 @@ The data plane never imports the admin; this module joins them, and puts the ope
 console (:mod:`gateway.console`) on the admin listener. The admin server starts
 in the data app's start-up, once its lifespan has built the :class:`Gateway`, on
 ``admin_host:admin_port`` (shared with SO_REUSEPORT when a supervisor runs workers), and
-stops first at shutdown.
+stops first at shutdown. Without ``GATEWAY_ADMIN_TOKEN`` the admin API is off and its
+port is not bound at all.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 from aiohttp import web
@@ -34,8 +35,24 @@ def build_app(
 ) -> web.Application:
     """The data app, whose start-up also opens the admin listener (``announce`` says where)."""
     app = create_app(settings, AppSource(rules, rules_path, rules_text))
-    app.cleanup_ctx.append(_admin_listener(settings, announce or log.info))
+    say = announce or log.info
+    if settings.admin_token is not None:
+        app.cleanup_ctx.append(_admin_listener(settings, say))
+    else:  # nothing to serve there: the port stays free (a second gateway on the machine)
+        app.on_startup.append(_say_admin_off(say))
     return app
+
+
+def _say_admin_off(
+    announce: Callable[[str], None],
+) -> Callable[[web.Application], Awaitable[None]]:
+    async def off(app: web.Application) -> None:
+        announce(
+            "gateway: admin API and console off (set GATEWAY_ADMIN_TOKEN to turn them on); "
+            "nothing listens on the admin port"
+        )
+
+    return off
 
 
 def _admin_listener(

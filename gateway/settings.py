@@ -99,6 +99,14 @@ class Settings(BaseSettings):
     redis_probe_interval: float = Field(
         default=0.5, gt=0, le=60, description="seconds between probes while the breaker is open"
     )
+    store_path: str = Field(
+        default=".gateway/gateway.db",
+        min_length=1,
+        description="the embedded store (no GATEWAY_REDIS_URL): tenants, keys, policies, "
+        "rules versions, usage, shadow records and the audit log in this SQLite file "
+        "(relative to the working directory), shared by --workers N; ':memory:': kept in "
+        "the process and forgotten when it stops (tests)",
+    )
     admin_token: SecretStr | None = None
     metrics_token: SecretStr | None = Field(
         default=None, description="when set, GET /metrics needs 'Authorization: Bearer <it>'"

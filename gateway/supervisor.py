@@ -7,7 +7,9 @@ replaced (a crash loop stops the whole thing). SIGTERM or SIGINT is passed on: e
 worker stops accepting, finishes its in-flight requests and streams for up to
 ``GATEWAY_DRAIN_SECONDS``, then exits; stragglers are killed a little later.
 
-Limits and tenants must be shared, so N > 1 needs Redis (``GATEWAY_REDIS_URL``).
+Tenants, keys and rules versions must be shared: the workers share the embedded store's
+file (``GATEWAY_STORE_PATH``, created and migrated here once, before they start) or Redis
+(``GATEWAY_REDIS_URL``); an in-memory store (``:memory:``) cannot serve N > 1.
 ``/metrics`` on any worker reports every worker (:mod:`gateway.telemetry.merge`).
 """
 
@@ -99,9 +101,11 @@ class Supervisor:
 
 def check_workers(settings: Settings) -> str | None:
     """Why N workers cannot run with these settings, or None."""
-    if settings.worker_count() > 1 and not settings.redis_url:
+    memory = not settings.redis_url and settings.store_path == ":memory:"
+    if settings.worker_count() > 1 and memory and settings.admin_token is not None:
         return (
-            "--workers > 1 needs GATEWAY_REDIS_URL: with the in-process store each worker "
+            "--workers > 1 needs a store the workers share: the embedded store's file "
+            "(GATEWAY_STORE_PATH, not :memory:) or GATEWAY_REDIS_URL; in memory each worker "
             "would keep its own tenants, keys and rate limits"
         )
     return None

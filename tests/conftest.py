@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import socket
 import subprocess
@@ -159,6 +160,23 @@ def start_gateway(
         timeout=timeout,
     )
     return proc, f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture(scope="session")
+def store_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("store")
+
+
+@pytest.fixture(autouse=True)
+def _store_file_of_the_test(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, store_files: Path
+) -> None:
+    """Every gateway a test starts (a process, or built in this one) keeps its embedded
+    store in a file of the test's own, not in ``.gateway/`` of the repository: two gateways
+    of one test share it (a restart finds its data), two tests never do."""
+    if "GATEWAY_STORE_PATH" not in os.environ:
+        name = hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:16]
+        monkeypatch.setenv("GATEWAY_STORE_PATH", str(store_files / name / "gateway.db"))
 
 
 @pytest.fixture(scope="session")

@@ -114,9 +114,7 @@ class MemoryTransport:
         self.calls.append(data)
         reply = self.handler(self.tier, data)
         if reply.status != 200:
-            err = status_error(reply.status, reply.body)
-            err.retry_after = reply.retry_after
-            raise err
+            raise status_error(reply.status, reply.body, reply.retry_after)
         s = MemoryStream(reply, limits)
         self.streams.append(s)
         return s

@@ -24,6 +24,8 @@ from tests.conftest import REDIS, Proc, rules_for_tests, start_gateway
 from tests.test_tenancy import new_tenant, tenancy_env
 from tests.waiting import until
 
+pytestmark = pytest.mark.processes
+
 TEXT = (  # 30 distinct words: 30 completion tokens at the fake engine
     "amber basil cedar delta ember fjord grove heron inlet juniper kelp lotus maple nectar "
     "onyx pearl quartz raven sage tundra umber violet willow xenon yarrow zephyr acorn birch "

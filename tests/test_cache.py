@@ -22,6 +22,8 @@ from tests.conftest import Proc, rules_for_tests, start_engine, start_gateway
 from tests.test_tenancy import ADMIN, call, new_tenant, tenancy_env
 from tests.waiting import until
 
+pytestmark = pytest.mark.processes
+
 
 def cached_rules() -> dict[str, Any]:
     rules = rules_for_tests()

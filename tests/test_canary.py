@@ -27,6 +27,8 @@ from tests.conftest import REDIS, Proc, rules_for_tests, start_gateway
 from tests.test_tenancy import call, chat, new_tenant, tenancy_env
 from tests.waiting import until
 
+pytestmark = pytest.mark.processes
+
 SPLIT = [
     {"tier": "highspeed", "weight": 90, "name": "stable"},
     {"tier": "standard", "weight": 10, "name": "canary"},

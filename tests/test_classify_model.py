@@ -312,6 +312,7 @@ def test_shipped_model_is_the_one_in_the_package() -> None:
 # --- through a real gateway ---------------------------------------------------------------
 
 
+@pytest.mark.processes
 def test_route_header_names_the_model_and_its_confidence(
     engines: dict[str, str], tmp_path_factory: pytest.TempPathFactory
 ) -> None:

@@ -8,9 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.processes
 
 
 def gateway(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -23,6 +23,8 @@ from tests.conftest import rules_for_tests, start_gateway
 from tests.test_dispatch_memory import aio
 from tests.waiting import wait_until, wait_until_async
 
+pytestmark = pytest.mark.processes
+
 IDLE = 1.0
 CAP = 4 << 20  # bytes of large bodies held at once
 

@@ -42,6 +42,8 @@ from selenium.webdriver.support.ui import WebDriverWait
 from deploy.screenshots import browser_paths, chromium, shoot
 from gateway.rules.schema import RulesError, parse_rules
 
+pytestmark = [pytest.mark.browser, pytest.mark.processes]
+
 T = TypeVar("T")
 WAIT_S = 20.0  # the page script polls every 3 s; under a loaded machine, allow a few polls
 

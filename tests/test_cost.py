@@ -24,6 +24,8 @@ from tests.conftest import REDIS, Proc, rules_for_tests, start_gateway
 from tests.test_tenancy import call, chat, new_tenant, tenancy_env
 from tests.waiting import until
 
+pytestmark = pytest.mark.processes
+
 PRICES = {"highspeed": (100.0, 400.0), "standard": (1000.0, 2000.0)}  # USD per 1M in, out
 
 

@@ -823,6 +823,7 @@ async def test_a_trickling_stream_is_continued_on_the_next_tier() -> None:
     assert [f.reason for f in relay.trail.failures] == ["too_slow"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("rate", "headers", "tier"),
     [

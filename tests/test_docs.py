@@ -32,6 +32,7 @@ def _gen_refs() -> types.ModuleType:
     return module
 
 
+@pytest.mark.processes
 def test_mkdocs_build_strict(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],

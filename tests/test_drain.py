@@ -12,10 +12,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import rules_for_tests, start_gateway
 from tests.test_hostile_load import inflight
 from tests.test_tenancy import new_tenant, tenancy_env
 from tests.waiting import wait_until
+
+pytestmark = pytest.mark.processes
 
 STREAMS = 6
 DRAIN = 2.0

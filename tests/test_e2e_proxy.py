@@ -15,6 +15,8 @@ import pytest
 from tests.conftest import free_port, rules_for_tests, start_gateway
 from tests.waiting import wait_for_log, wait_until
 
+pytestmark = [pytest.mark.processes, pytest.mark.slow]
+
 
 def engine_requests(url: str) -> list[dict[str, Any]]:
     with urllib.request.urlopen(f"{url}/_requests") as r:

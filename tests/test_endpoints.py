@@ -22,6 +22,8 @@ from pydantic import BaseModel
 
 from tests.conftest import rules_for_tests, start_engine, start_gateway
 
+pytestmark = pytest.mark.processes
+
 ORIGIN = "https://app.example"
 # The SDK's FunctionToolParam marks ``strict`` Required, but the API takes a tool without
 # it, and clients send it so: the cast keeps the request as they send it.

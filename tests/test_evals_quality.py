@@ -12,6 +12,8 @@ from evals.data import build_quality_set
 from evals.quality import run as quality
 from evals.quality.metrics import METRICS
 
+pytestmark = pytest.mark.processes
+
 PERSON = {
     "type": "object",
     "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},

@@ -145,6 +145,7 @@ def _targets(sims: dict[str, str]) -> list[str]:
     return ["--target", f"hs={sims['highspeed']}", "--target", f"std={sims['standard']}"]
 
 
+@pytest.mark.processes
 def test_speed_sweep_two_sims(sims: dict[str, str], tmp_path: Path) -> None:
     argv = [
         *_targets(sims),
@@ -180,6 +181,7 @@ def test_speed_sweep_two_sims(sims: dict[str, str], tmp_path: Path) -> None:
         assert (tmp_path / png).stat().st_size > 10_000
 
 
+@pytest.mark.processes
 def test_speed_replays_recorded_traffic(sims: dict[str, str], tmp_path: Path) -> None:
     offsets = [0.0, 0.05, 0.1, 0.2, 0.3]
     traffic = tmp_path / "traffic.jsonl"

@@ -2,7 +2,8 @@
 
 The codec round-trips every kind and speaks the wire format replicas have always spoken
 (rolling upgrades); what it cannot read is :class:`Unknown`, never an error. Each store
-write (in process and in Redis) publishes its own event, once; no admin route does.
+write (in process, in the embedded store's file and in Redis) publishes its own event,
+once; no admin route does.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from gateway.store.events import (
 )
 from gateway.store.memory_store import MemoryStore
 from gateway.store.redis_store import RedisStore
+from gateway.store.sqlite_store import SqliteStore
 from gateway.tenancy.tenants import ApiKey, Effective, Policy, Tenant
 from tests.conftest import REDIS
 
@@ -172,6 +174,56 @@ def test_a_redis_store_write_announces_itself_once(prefix: str) -> None:
 
     heard, want = asyncio.run(run())
     assert heard == want
+
+
+def test_a_sqlite_store_write_announces_itself_once(tmp_path: Path) -> None:
+    async def run() -> tuple[list[Event], list[Event]]:
+        store = SqliteStore(str(tmp_path / "gateway.db"))
+        try:
+            return await _announced(store, _writes)
+        finally:
+            await store.close()
+
+    heard, want = asyncio.run(run())
+    assert heard == want
+
+
+def test_another_process_of_the_file_hears_every_write(tmp_path: Path) -> None:
+    """Two embedded stores on one file (two worker processes): what one writes, the other
+    hears, in order, within a poll; a change counter, no pub/sub."""
+
+    async def run() -> tuple[list[Event], list[Event], float]:
+        path = str(tmp_path / "gateway.db")
+        writer, other = SqliteStore(path), SqliteStore(path)
+        heard: list[Event] = []
+        events = other.events()
+        assert await anext(events) == Resync()
+
+        async def listen() -> None:
+            async for ev in events:
+                heard.append(ev)
+
+        task = asyncio.get_running_loop().create_task(listen())
+        try:
+            start = time.monotonic()
+            await writer.create_tenant(Tenant(id="ten_w", name="w"))
+            while not heard and time.monotonic() - start < 5:
+                await asyncio.sleep(0.005)
+            took = time.monotonic() - start
+            want = await _writes(writer)
+            deadline = time.monotonic() + 5
+            while len(heard) < len(want) + 1 and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            return heard, [TenantChanged("ten_w"), *want], took
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await writer.close()
+            await other.close()
+
+    heard, want, took = asyncio.run(run())
+    assert heard == want and took < 1.0
 
 
 def test_no_admin_route_announces_a_write() -> None:

@@ -19,6 +19,8 @@ from tests.conftest import REDIS, Proc, rules_for_tests, start_gateway
 from tests.test_streams import ANSWER, content, sse
 from tests.test_tenancy import call, chat, new_tenant, tenancy_env
 
+pytestmark = pytest.mark.processes
+
 SENTENCE = "I will repeat this sentence again. "  # the fake engine's loop
 CUT = f"q [[*: text={ANSWER}; per=1]] [[highspeed: cut_after=10; gap=0.01]]"
 LOOPS = f"q [[*: text={ANSWER}; per=1]] [[highspeed: loop_after=10; gap=0.01]]"

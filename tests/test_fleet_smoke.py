@@ -16,6 +16,8 @@ import pytest
 
 from tests.conftest import ROOT
 
+pytestmark = [pytest.mark.processes, pytest.mark.slow]
+
 
 def test_a_tiny_fleet_survives_a_sentinel_failover(tmp_path: Path) -> None:
     if shutil.which("redis-server") is None:

@@ -7,7 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
+
+pytestmark = [pytest.mark.processes, pytest.mark.slow]
 
 
 def test_headline_runs_and_reports_every_target(tmp_path: Path) -> None:

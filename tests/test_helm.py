@@ -30,6 +30,8 @@ from gateway.rules.schema import parse_rules
 from gateway.upstream import replicas
 from tests.test_deploy import exported_series
 
+pytestmark = pytest.mark.k8s
+
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "deploy" / "helm" / "llm-gateway"
 PRODUCTION = ROOT / "deploy" / "helm" / "values-production.yaml"

@@ -14,6 +14,8 @@ import pytest
 
 from evals.hostile import run as hostile
 
+pytestmark = [pytest.mark.processes, pytest.mark.slow]
+
 PARSER_LEVEL = {"header without colon", "bad chunking", "header too long"}
 
 

@@ -25,6 +25,8 @@ from tests.conftest import Proc, rules_for_tests, start_gateway
 from tests.test_tenancy import ADMIN, call, new_tenant
 from tests.waiting import engine_got, until, wait_until
 
+pytestmark = pytest.mark.processes
+
 METRICS_TOKEN = "metrics-token-0123456789"
 
 

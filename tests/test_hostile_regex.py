@@ -13,6 +13,8 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import pytest
+
 from gateway.checks.structured import SchemaValidators
 
 EVIL = "^(a+)+$"  # exponential on Python's re for "aaaa...a!"
@@ -88,6 +90,7 @@ def _get(url: str) -> float:
     return time.perf_counter() - t0
 
 
+@pytest.mark.processes
 def test_catastrophic_pattern_stalls_nobody(gateway: str) -> None:
     answer = json.dumps({"s": EVIL_INPUT})
     hostile = {

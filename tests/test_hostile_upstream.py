@@ -18,6 +18,8 @@ from gateway.upstream.failures import AnswerTooLarge
 from gateway.upstream.framing import SSEFramer
 from tests.conftest import Proc, rules_for_tests, start_gateway
 
+pytestmark = pytest.mark.processes
+
 
 def test_framer_is_linear_on_one_huge_event() -> None:
     f = SSEFramer(max_event=64 << 20, max_total=128 << 20)

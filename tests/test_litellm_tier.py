@@ -36,6 +36,8 @@ from gateway.upstream.failures import (
 from tests.conftest import ROOT, Proc, free_port, rules_for_tests
 from tests.test_streams import ANSWER, content, sse
 
+pytestmark = [pytest.mark.processes, pytest.mark.slow]
+
 KEY = "sk-ant-test-4f1c"
 MODEL = "anthropic/claude-haiku-4-5"  # in LiteLLM's map: $1 / $5 per 1M tokens, prefill
 

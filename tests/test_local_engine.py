@@ -25,9 +25,13 @@ ROOT = Path(__file__).resolve().parent.parent
 SANE = "What is 2+2?"
 LOOPS = "Write a poem about the ocean."
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [
+    pytest.mark.local_engine,
+    pytest.mark.processes,
+    pytest.mark.skipif(
     installed() is not None, reason=f"local engine not installed: {installed()}"
-)
+),
+]
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,8 @@ from tests.test_e2e_proxy import chat
 from tests.test_streams import sse
 from tests.waiting import wait_until
 
+pytestmark = pytest.mark.processes
+
 
 def scrape(base: str) -> str:
     with urllib.request.urlopen(f"{base}/metrics", timeout=5) as r:

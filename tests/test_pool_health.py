@@ -8,10 +8,14 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import Proc, rules_for_tests, start_gateway
 from tests.test_sim import start_sim
 from tests.test_tenancy import ADMIN, call, new_tenant
 from tests.waiting import until, wait_until
+
+pytestmark = pytest.mark.processes
 
 
 def sim_rules(interval: float = 0.2) -> dict[str, Any]:

@@ -14,6 +14,8 @@ import pytest
 from tests.conftest import free_port, rules_for_tests, start_gateway
 from tests.test_tenancy import call
 
+pytestmark = pytest.mark.processes
+
 ANSWER = json.dumps(
     {
         "id": "x",

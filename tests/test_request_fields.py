@@ -171,6 +171,7 @@ def _engine_counts(engines: dict[str, str]) -> dict[str, int]:
 JSON = {"Content-Type": "application/json"}
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(
     ("body", "param", "code"), [c[1:] for c in CHAT_CASES], ids=[c[0] for c in CHAT_CASES]
 )
@@ -186,6 +187,7 @@ def test_gateway_answers_400_before_the_engine(
     assert _engine_counts(engines) == before  # nothing reached an engine
 
 
+@pytest.mark.processes
 def test_openai_client_sees_the_param(client: openai.OpenAI, engines: dict[str, str]) -> None:
     before = _engine_counts(engines)
     with pytest.raises(openai.BadRequestError) as e:
@@ -205,6 +207,7 @@ def test_openai_client_sees_the_param(client: openai.OpenAI, engines: dict[str, 
     assert ok.choices[0].message.content is not None
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(
     ("ctype", "origin", "status"),
     [
@@ -241,6 +244,7 @@ def keyed(
     proc.stop()
 
 
+@pytest.mark.processes
 def test_every_gateway_header_is_exposed(keyed: str) -> None:
     pre = {
         "Origin": ORIGIN,
@@ -264,6 +268,7 @@ def test_every_gateway_header_is_exposed(keyed: str) -> None:
     }
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("path", ["/v1/models", "/v1/models/auto"])
 @pytest.mark.parametrize("auth", [None, "Bearer sk-not-a-key"], ids=["no-key", "bad-key"])
 def test_models_needs_a_key_when_keys_are_required(keyed: str, path: str, auth: str | None) -> None:
@@ -276,6 +281,7 @@ def test_models_needs_a_key_when_keys_are_required(keyed: str, path: str, auth: 
     assert payload["error"]["code"] == chat_payload["error"]["code"]
 
 
+@pytest.mark.processes
 def test_openai_client_is_refused_the_model_list_without_a_valid_key(keyed: str) -> None:
     c = openai.OpenAI(base_url=f"{keyed}/v1", api_key="sk-wrong", max_retries=0)
     with c, pytest.raises(openai.AuthenticationError):

@@ -18,6 +18,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+import pytest
 import yaml
 from aiohttp import web
 
@@ -40,6 +41,7 @@ def _without_fast_tier(rules: dict[str, Any]) -> dict[str, Any]:
     return b
 
 
+@pytest.mark.processes
 def test_rules_swapped_under_load_never_answer_5xx(engines: dict[str, str], tmp_path: Path) -> None:
     a = rules_for_tests()
     b = _without_fast_tier(a)
@@ -131,6 +133,7 @@ def test_an_unexpected_exception_is_a_500_envelope_with_the_request_id() -> None
     assert "req-boom-1" in body["error"]["message"] and rid == "req-boom-1"
 
 
+@pytest.mark.processes
 def test_content_encodings(gateway: str) -> None:
     good = gzip.compress(orjson.dumps(CHAT))
     cases = [

@@ -274,6 +274,7 @@ def _queue_ms(replies: list[dict[str, Any]]) -> list[float]:
     return sorted(float(r["h"].get("x-gateway-queue-ms", 0)) for r in replies)
 
 
+@pytest.mark.processes
 def test_b_is_not_stuck_behind_a_and_hopeless_requests_are_refused(gw: Any) -> None:
     proc, _ = gw
     _, _, key_a = new_tenant(proc.admin)
@@ -296,6 +297,7 @@ def test_b_is_not_stuck_behind_a_and_hopeless_requests_are_refused(gw: Any) -> N
     assert "gateway_queue_wait_seconds" in out["metrics"]
 
 
+@pytest.mark.processes
 def test_interactive_overtakes_queued_batch(gw: Any) -> None:
     proc, _ = gw
     _, _, key = new_tenant(proc.admin)
@@ -306,6 +308,7 @@ def test_interactive_overtakes_queued_batch(gw: Any) -> None:
     assert worst < batch_median / 3, (worst, batch_median)
 
 
+@pytest.mark.processes
 def test_readyz_reports_saturation(gw: Any) -> None:
     _, url = gw
 
@@ -348,6 +351,7 @@ def test_evals_sched_runs_small(tmp_path: Any) -> None:
     assert share is not None and share > 0.5
 
 
+@pytest.mark.processes
 def test_clients_that_leave_while_queued_leave_the_queue(gw: Any) -> None:
     from tests.test_tenancy import ADMIN
 

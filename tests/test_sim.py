@@ -23,6 +23,8 @@ from engines.sim_model import PrefixCache, make_profile
 from tests.conftest import Proc, free_port
 from tests.waiting import wait_until
 
+pytestmark = pytest.mark.processes
+
 LONG = " ".join(f"context{i} about the shared system prompt" for i in range(40))
 
 

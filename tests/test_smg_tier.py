@@ -24,6 +24,8 @@ from tests.conftest import Proc, free_port, rules_for_tests, start_engine, start
 from tests.test_e2e_proxy import engine_requests, reset
 from tests.test_streams import ANSWER, chunks, content, sse
 
+pytestmark = [pytest.mark.sglang, pytest.mark.processes]
+
 
 def _router(workers: list[str]) -> tuple[Proc, str]:
     port = free_port()

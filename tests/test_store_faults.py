@@ -20,6 +20,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import Proc, rules_for_tests, start_gateway
 from tests.load_clients import Load
 from tests.redis_procs import (
@@ -32,6 +34,8 @@ from tests.redis_procs import (
     wait_for,
 )
 from tests.test_tenancy import call, chat, new_tenant, tenancy_env
+
+pytestmark = [pytest.mark.processes, pytest.mark.slow]
 
 DEADLINE = 30.0  # the interactive SLA's deadline: no request may take longer
 

@@ -25,12 +25,13 @@ from gateway.access.cache import KeyCache
 from gateway.access.guard import Access
 from gateway.errors import RateLimited, ServiceUnavailable, StoreUnavailable
 from gateway.settings import store_target
-from gateway.store.base import Usage, Used
+from gateway.store.base import Store, Usage, Used
 from gateway.store.events import KeyChanged, Resync, RulesChanged, TenantChanged
 from gateway.store.health import StoreHealth
 from gateway.store.memory_store import MemoryStore
 from gateway.store.redis_conn import reason_of
 from gateway.store.redis_store import RedisStore
+from gateway.store.sqlite_store import SqliteStore
 from gateway.tenancy.limits import (
     DEBIT_LUA,
     SLOT_LEASE_MS,
@@ -183,6 +184,7 @@ def test_breaker_opens_after_failures_in_a_row_and_logs_once_each_way(
     assert 'gateway_store_errors_total{reason="read-only replica"} 50' in text
 
 
+@pytest.mark.processes
 def test_a_dead_redis_is_refused_at_once_and_the_probe_closes_the_breaker(tmp_path: Path) -> None:
     """Calls to a Redis that is not there open the breaker; then they fail without waiting;
     the Redis started on that port is found by the probe, without a call."""
@@ -293,15 +295,17 @@ def test_renewal_keeps_the_lease_past_its_first_expiry(prefix: str) -> None:
             eff = Effective(Policy(max_concurrent_requests=2), tenant_id="ten_lease")
             await access.admit(eff, "adm_long")
             key = store.conn.t("ten_lease", "inflight")
-            first = float(await store.conn.r.zscore(key, "adm_long"))
+            slot = access.leases.slot("adm_long")  # stamped with this process's fleet id
+            first = float(await store.conn.r.zscore(key, slot))
             deadline = time.monotonic() + SLOT_RENEW_S * 3
             later = first
             while later <= first and time.monotonic() < deadline:
                 await asyncio.sleep(0.1)
-                later = float(await store.conn.r.zscore(key, "adm_long"))
+                later = float(await store.conn.r.zscore(key, slot))
             await access.release("ten_lease", "adm_long")
-            await store.renew("ten_lease", ["adm_long"])  # XX: released stays released
-            gone = await store.conn.r.zscore(key, "adm_long")
+            # a renewal that crossed the release (not re-adding) does not take it back
+            await store.sync_slots("ten_lease", access.leases.owner, [slot], [], readd=False)
+            gone = await store.conn.r.zscore(key, slot)
             await access.close()
             return first, later, -1.0 if gone is None else float(gone)
         finally:
@@ -488,14 +492,41 @@ def store_urls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, s
         yield {"single": REDIS, "sentinel": sentinel, "cluster": cluster}
 
 
-@pytest.mark.parametrize("kind", ["single", "sentinel", "cluster"])
-def test_every_kind_of_redis_keeps_the_same_contract(kind: str, store_urls: dict[str, str]) -> None:
+def open_store(kind: str, request: pytest.FixtureRequest, tmp: Path) -> Store:
+    """A store of ``kind``: a Redis one (``single``, ``sentinel``, ``cluster``; own prefix),
+    the embedded store's file (``sqlite``) or the in-process one (``memory``)."""
+    if kind == "sqlite":
+        return SqliteStore(str(tmp / "gateway.db"))
+    if kind == "memory":
+        return MemoryStore()
+    urls: dict[str, str] = request.getfixturevalue("store_urls")
+    return RedisStore(urls[kind], f"gwkind:{uuid.uuid4().hex[:6]}:")
+
+
+async def close_store(store: Store) -> None:
+    if isinstance(store, RedisStore):
+        await store.delete_prefix()
+    await store.close()
+
+
+OWN_REDIS = [  # Redis servers of its own
+    pytest.param(k, marks=pytest.mark.processes) for k in ("single", "sentinel", "cluster")
+]
+
+
+@pytest.mark.parametrize("kind", [*OWN_REDIS, "sqlite", "memory"])
+def test_every_store_keeps_the_same_contract(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """The same calls, the same answers and the same events from every store: Redis of
+    every kind, the embedded store's file, the in-process one."""
+
     async def run() -> None:
-        store = RedisStore(store_urls[kind], f"gwkind:{uuid.uuid4().hex[:6]}:")
+        store = open_store(kind, request, tmp_path)
         events = store.events()
         assert isinstance(events, AsyncGenerator)  # closed below (the protocol says iterator)
         try:
-            assert await anext(events) == Resync()
+            assert await anext(events) == Resync()  # subscribed
             await store.create_tenant(Tenant(id="ten_k", name="k"))
             await store.add_key(ApiKey(id="key_k", tenant_id="ten_k", digest="dk", prefix="gk"))
             found = await store.key_by_digest("dk")
@@ -505,7 +536,7 @@ def test_every_kind_of_redis_keeps_the_same_contract(kind: str, store_urls: dict
             p = Policy(max_concurrent_requests=1, token_budget=TokenBudget(tokens=100))
             assert (await store.admit("ten_k", "a1", p)).ok
             assert not (await store.admit("ten_k", "a2", p)).ok  # concurrency, in one slot
-            await store.renew("ten_k", ["a1"])
+            assert await store.sync_slots("ten_k", "a", ["a1"], [], False) == 0  # renewed
             await store.release("ten_k", "a1")
             for _ in range(2):
                 await store.record_usage("ten_k", Used("standard", 3, 4, settle_id="a1"), p)
@@ -525,11 +556,16 @@ def test_every_kind_of_redis_keeps_the_same_contract(kind: str, store_urls: dict
             assert [await asyncio.wait_for(anext(events), 5) for _ in said] == said
             assert [k.id for k in await store.delete_tenant("ten_k") or []] == ["key_k"]
             assert await store.key_by_digest("dk") is None and await store.list_tenants() == []
+            await store.put_reveal("tok", b"shown once", 60)
+            assert await store.take_reveal("tok") == b"shown once"
+            assert await store.take_reveal("tok") is None
+            await store.put_reveal("old", b"x", 0.001)
+            await asyncio.sleep(0.05)
+            assert await store.take_reveal("old") is None
             assert not store.health.degraded
         finally:
             await events.aclose()
-            await store.delete_prefix()
-            await store.close()
+            await close_store(store)
 
     asyncio.run(run())
 
@@ -537,6 +573,7 @@ def test_every_kind_of_redis_keeps_the_same_contract(kind: str, store_urls: dict
 # -- start-up and a full memory -----------------------------------------------------------------
 
 
+@pytest.mark.processes
 def test_an_unsupported_store_url_is_one_line_and_exit_2() -> None:
     env = {
         **os.environ,
@@ -557,6 +594,7 @@ def test_an_unsupported_store_url_is_one_line_and_exit_2() -> None:
     ]
 
 
+@pytest.mark.processes
 def test_a_full_memory_is_degraded_and_no_usage_is_lost(tmp_path: Path) -> None:
     """maxmemory reached: settling still counts (one script, which Redis lets write), plain
     writes fail as OOM until the breaker opens; the usage of the degraded time is kept and

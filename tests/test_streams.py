@@ -17,6 +17,8 @@ import pytest
 from tests.conftest import rules_for_tests, start_gateway
 from tests.test_e2e_proxy import engine_requests, reset
 
+pytestmark = [pytest.mark.processes, pytest.mark.slow]
+
 # 40 words; the standard tier knows the same answer, so a continuation can be checked exactly
 ANSWER = " ".join(f"word{i}" for i in range(40))
 

@@ -21,6 +21,8 @@ from tests.conftest import ROOT, Proc, rules_for_tests, start_gateway
 from tests.test_tenancy import chat, new_tenant, tenancy_env
 from tests.waiting import until
 
+pytestmark = pytest.mark.processes
+
 
 @pytest.fixture(scope="module")
 def workers(
@@ -71,10 +73,15 @@ def test_in_process_store_refuses_many_workers(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=30,
-        env={"PATH": "/usr/bin:/bin", "GATEWAY_LOCAL_ENGINES": "off"},
+        env={
+            "PATH": "/usr/bin:/bin",
+            "GATEWAY_LOCAL_ENGINES": "off",
+            "GATEWAY_ADMIN_TOKEN": "t" * 16,
+            "GATEWAY_STORE_PATH": ":memory:",
+        },
     )
     assert r.returncode == 2
-    assert "--workers > 1 needs GATEWAY_REDIS_URL" in r.stderr
+    assert "--workers > 1 needs a store the workers share" in r.stderr
 
 
 def test_sigterm_drains_a_stream_in_flight(

@@ -21,7 +21,7 @@ from engines.sim.metrics import Metrics
 from engines.sim.plan import Plan, make_plan
 from engines.sim.request import BadRequest, SimRequest, parse_chat, parse_completion
 from engines.sim.shape import Shape, error_body, error_response, sse
-from engines.sim_model import Profile, Replica, make_profile
+from engines.sim_model import PrefixCache, Profile, Replica, make_profile
 
 MIN_SLEEP_STREAM_S = 0.002
 MIN_SLEEP_BLOCKING_S = 0.05
@@ -52,6 +52,7 @@ class SimServer:
         app.router.add_get("/get_server_info", self.server_info)
         app.router.add_get("/get_model_info", self.model_info)
         app.router.add_get("/metrics", self.metrics_text)
+        app.router.add_route("*", "/flush_cache", self.flush_cache)
         return app
 
     # --- small endpoints
@@ -115,6 +116,13 @@ class SimServer:
                 "batch_alpha": p.batch_alpha,
             },
         }
+
+    async def flush_cache(self, request: web.Request) -> web.StreamResponse:
+        """SGLang's ``/flush_cache``: empty the radix cache, only while nothing runs."""
+        if self.replica.running or self.replica.queued:
+            return web.Response(status=400, text="Cache not flushed: requests are running.\n")
+        self.replica.cache = PrefixCache(self.profile.max_total_num_tokens)
+        return web.Response(text="Cache flushed.\n")
 
     async def metrics_text(self, request: web.Request) -> web.StreamResponse:
         text = self.metrics.render(self.cfg.served_model_name, self.replica)

@@ -14,11 +14,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import uuid
 
 from gateway.errors import StoreUnavailable
 from gateway.store.base import AdmissionStore
+from gateway.tenancy.limits import divided
 from gateway.tenancy.tenants import Policy
 
 BEAT_S = 5.0
@@ -55,7 +55,7 @@ class FleetCount:
     def share(self, p: Policy) -> Policy:
         """``p`` with each limit divided among the processes (rounded up, at least 1); only
         while the store is unreachable, so a copy per request costs nothing that matters."""
-        return p if self.processes <= 1 else _divided(p, self.processes)
+        return p if self.processes <= 1 else divided(p, self.processes)
 
     async def close(self) -> None:
         if self._task is not None:
@@ -65,20 +65,3 @@ class FleetCount:
         if self._store is not None:
             with contextlib.suppress(StoreUnavailable):
                 await self._store.leave(self.member)  # the others count one fewer next beat
-
-
-def _divided(p: Policy, n: int) -> Policy:
-    def part(v: int | None) -> int | None:
-        return None if v is None else max(1, math.ceil(v / n))
-
-    update: dict[str, object] = {
-        "requests_per_minute": part(p.requests_per_minute),
-        "tokens_per_minute": part(p.tokens_per_minute),
-        "max_concurrent_requests": part(p.max_concurrent_requests),
-    }
-    if p.token_budget is not None:
-        tokens = part(p.token_budget.tokens)
-        update["token_budget"] = p.token_budget.model_copy(update={"tokens": tokens})
-    if p.cost_budget is not None:
-        update["cost_budget"] = p.cost_budget.model_copy(update={"usd": p.cost_budget.usd / n})
-    return p.model_copy(update=update)

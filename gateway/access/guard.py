@@ -22,7 +22,6 @@ request runs (:mod:`gateway.access.leases`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from dataclasses import replace
 from typing import Any, Protocol
@@ -44,15 +43,13 @@ from gateway.store.events import Event, KeyChanged, Resync, TenantChanged
 from gateway.tenancy.limits import (
     ALLOW,
     NO_RESERVE,
-    SLOT_LEASE_MS,
     Admission,
     Hold,
     LocalLimiter,
     Reserve,
 )
-from gateway.tenancy.tenants import OPEN, Effective, effective_policy, key_digest
+from gateway.tenancy.tenants import OPEN, Effective, Policy, effective_policy, key_digest
 
-_RELEASE_RETRY = (0.05, 0.2, 0.5, 1.0, 2.0)  # seconds between tries, within one lease
 _UNREACHABLE = "The policy store is unreachable; try again shortly."
 
 
@@ -76,11 +73,12 @@ class Access:
         self.cache = KeyCache(ttl, stale_max, cache_max)
         self._local = LocalLimiter()
         self._holds: dict[str, Hold] = {}  # admission id -> what it reserved, until done()
-        self.leases = SlotLeases(store, self._local)
         self.backlog = UsageBacklog(store) if store is not None else None
         self.fleet = FleetCount(store)
+        self.leases = SlotLeases(store, self._local, self.fleet.member)
         if store is not None:
             store.health.on_change(self._on_health)
+            store.health.on_failure(self.leases.store_failed)
 
     def start(self) -> None:
         """The heartbeat that counts the processes sharing the store (:mod:`.fleet`)."""
@@ -102,6 +100,7 @@ class Access:
     def _on_health(self, degraded: bool) -> None:
         if not degraded:  # back: re-read what may have changed meanwhile, write the backlog
             self.cache.mark_stale()
+            self.leases.store_back()  # and give back the slots it kept of requests that ended
             if self.backlog is not None:
                 self.backlog.kick()
 
@@ -157,7 +156,7 @@ class Access:
             return ALLOW
         assert self.store is not None
         try:
-            adm = await self.store.admit(eff.tenant_id, rid, p, want)
+            adm = await self._admit(eff.tenant_id, rid, p, want)
         except StoreUnavailable:
             if p.fail_closed:
                 raise ServiceUnavailable(_UNREACHABLE) from None
@@ -172,6 +171,25 @@ class Access:
         if p.max_concurrent_requests:
             self.leases.hold(eff.tenant_id, rid)
         return adm
+
+    async def _admit(self, tenant_id: str, rid: str, p: Policy, want: Reserve) -> Admission:
+        """Admission by the store; a tenant found full where this process's slots may be
+        stale (the store failed since) is admitted again after they are reclaimed."""
+        assert self.store is not None
+        if not p.max_concurrent_requests:
+            return await self.store.admit(tenant_id, rid, p, want)
+        slot = self.leases.slot(rid)
+        with self.leases.admitting(tenant_id, rid):
+            adm = await self.store.admit(tenant_id, slot, p, want)
+            if adm.denied == "concurrency" and await self.leases.reclaim(tenant_id):
+                adm = await self.store.admit(tenant_id, slot, p, want)
+        return adm
+
+    async def free(self, eff: Effective, rid: str) -> None:
+        """Give the request's concurrency slot back now, before its answer's last bytes
+        leave: the client's next request must find it free (:meth:`done` then skips it)."""
+        if eff.tenant_id is not None and eff.policy.max_concurrent_requests:
+            await self.leases.release(eff.tenant_id, rid)
 
     async def done(
         self,
@@ -214,20 +232,9 @@ class Access:
             self.backlog.add(u)
 
     async def release(self, tenant_id: str, rid: str) -> None:
-        """Free a concurrency slot: no longer renewed, given back here and in the store
-        (retried while its lease runs: after that it is free anyway)."""
-        self.leases.drop(tenant_id, rid)
-        self._local.release(tenant_id, rid)
-        assert self.store is not None
-        give_up = time.monotonic() + SLOT_LEASE_MS / 1000
-        for pause in (0.0, *_RELEASE_RETRY):
-            if pause:
-                await asyncio.sleep(pause)
-            if time.monotonic() > give_up:
-                return
-            with contextlib.suppress(StoreUnavailable):
-                await self.store.release(tenant_id, rid)
-                return
+        """Free a concurrency slot: no longer renewed, given back here and in the store (one
+        try: a release the store did not take is reclaimed when it answers, :mod:`.leases`)."""
+        await self.leases.release(tenant_id, rid)
 
     def store_state(self) -> dict[str, Any] | None:
         """For ``/readyz``: the store's state (None: no store)."""
@@ -251,6 +258,10 @@ class Access:
             "# HELP gateway_slots_held concurrency slots this process holds and renews",
             "# TYPE gateway_slots_held gauge",
             f"gateway_slots_held {self.leases.held}",
+            "# HELP gateway_slots_reclaimed_total slots of this process's ended requests that "
+            "the store still held after a failure, removed when it answered",
+            "# TYPE gateway_slots_reclaimed_total counter",
+            f"gateway_slots_reclaimed_total {self.leases.reclaimed}",
             "# HELP gateway_keys_cached API keys cached by this process",
             "# TYPE gateway_keys_cached gauge",
             f"gateway_keys_cached {len(self.cache)}",

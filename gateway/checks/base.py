@@ -53,7 +53,7 @@ A check's abilities:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar, Final, Protocol, Self, TypeVar
@@ -64,6 +64,7 @@ __all__ = (
     "BaseCheck",
     "BuildContext",
     "Check",
+    "CheckContext",
     "CheckResult",
     "Cost",
     "Output",
@@ -122,6 +123,8 @@ class RequestFacts:
     """Function name -> its "parameters" JSON schema (None if absent)."""
     other_tools: frozenset[str] = frozenset()
     """Types of the other tools offered (e.g. "custom"): calls of these pass unjudged."""
+    last_user: str = ""
+    """The text of the last user turn (chat) or the prompt (completions)."""
 
 
 class Scan(StrEnum):
@@ -144,17 +147,40 @@ class Abilities:
 
     partial: bool = False
     scan: Scan = Scan.TEXT
-    overlap: int | None = None
-    """``delta``: characters before the new text a failure may span (None: unbounded,
-    so passing every delta says nothing of the whole text)."""
+    overlap: int = 0
+    """``delta``: characters of the text before the new text that a run also sees."""
+    whole_from_deltas: bool = False
+    """``delta``: passing every delta is passing the whole text (a failure never spans
+    more than ``overlap``), so the whole-answer run may be skipped."""
     cost: Cost = Cost.CHEAP
     needs_request: bool = False
     opt_in: bool = False
+    hold_stream: bool = False
+    """A whole-answer check that protects streams: a stream on a rule with it is held back
+    until its verdict (else it runs after the last token and can only report)."""
+    report_stream: bool = False
+    """A whole-answer check that, on a stream it did not hold, runs after the last token
+    and reports a failure (the trailer, the metrics, the review queue)."""
+    report_only: bool = False
+    """Its verdict is recorded (metrics, review queue), never acted on: it runs after the
+    answer went out and delays no one (a judge that scores)."""
 
     def describe(self) -> str:
         """One line for ``explain`` and the console: ``partial (delta), cheap``."""
         where = f"partial ({self.scan})" if self.partial else "whole answer"
+        if self.hold_stream:
+            where += ", holds streams"
         return f"{where}, {self.cost}" + (", reads the request" if self.needs_request else "")
+
+
+@dataclass(frozen=True, slots=True)
+class CheckContext:
+    """What a check is given beside the answer when it is awaited (``verdict``)."""
+
+    request: Mapping[str, Any]  # the client's body
+    rule: str
+    until: float  # monotonic: no verdict is awaited past this
+    partial: bool = False  # the text so far, not the whole answer
 
 
 class TextSource(Protocol):
@@ -172,6 +198,8 @@ class StreamGuard(Protocol):
     ``confirmed``, and a continuation starts before ``start``."""
 
     start: int
+    ahead: bool
+    """Holding is a likely failure: worth opening the next tier's continuation early."""
 
     @property
     def holding(self) -> bool:
@@ -195,6 +223,10 @@ class Check(Protocol):
 
     def run_partial(self, text: str, req: RequestFacts) -> CheckResult:
         """The verdict on ``text``, a part of the answer (its window per ``scan``)."""
+        ...
+
+    async def verdict(self, out: Output, req: RequestFacts, ctx: CheckContext) -> CheckResult:
+        """The verdict, awaited: a ``remote`` check's way (``run`` is the cheap ones')."""
         ...
 
     def good_prefix(self, text: str, finish_reason: str | None) -> int | None:
@@ -256,6 +288,9 @@ class BaseCheck:
 
     def run_partial(self, text: str, req: RequestFacts) -> CheckResult:
         return self.run(Output(text, None, []), req)
+
+    async def verdict(self, out: Output, req: RequestFacts, ctx: CheckContext) -> CheckResult:
+        return self.run(out, req)
 
     def good_prefix(self, text: str, finish_reason: str | None) -> int | None:
         return None

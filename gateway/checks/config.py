@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Final
+from typing import Annotated, Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from gateway.checks.kinds import UserCheckSpec
 
 __all__ = (
     "DEFAULT_REFUSAL_PATTERNS",
@@ -72,6 +74,8 @@ DEFAULT_TEMPLATE_TOKENS: Final[tuple[str, ...]] = (
 )
 
 
+_NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
+
 MAX_TOKEN_CHARS: Final = 64
 """Longest template token: a stream's new text is checked with this much of the text before
 it, so a token split across two chunks is still seen."""
@@ -129,11 +133,38 @@ class RefusalSettings(BaseModel):
         return patterns
 
 
+NAMED: Final = "named"
+"""Where the checks users write land in :class:`CheckSettings` (a YAML path leaves it out)."""
+
+
 class CheckSettings(BaseModel):
-    """Configuration of all checks; unknown keys are rejected."""
+    """The rules' ``checks:`` map: the built-ins' settings under their names, and the checks
+    users write (an entry with a ``kind``: :mod:`gateway.checks.kinds`) under theirs.
+    Unknown keys are rejected."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     repetition: RepetitionSettings = Field(default_factory=RepetitionSettings)
     template_leak: TemplateLeakSettings = Field(default_factory=TemplateLeakSettings)
     refusal: RefusalSettings = Field(default_factory=RefusalSettings)
+    named: dict[str, UserCheckSpec] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split(cls, data: Any) -> Any:
+        """``name: {kind: ...}`` entries are checks users write; the rest are settings."""
+        if not isinstance(data, dict):
+            return data
+        dumped = data.get(NAMED) or {}  # a dump read back (model_dump, then validate)
+        if not isinstance(dumped, dict):
+            raise ValueError(f"{NAMED!r} is reserved: name the check otherwise")
+        named = {k: v for k, v in data.items() if isinstance(v, dict) and "kind" in v}
+        taken = [k for k in named if k in cls.model_fields]
+        if taken:
+            raise ValueError(f"{taken[0]!r} is a built-in check's settings, not a new check")
+        bad = [k for k in named if not _NAME.fullmatch(str(k))]
+        if bad:
+            raise ValueError(f"check name {bad[0]!r}: letters, digits, _ and - only")
+        named = {**dumped, **named}
+        rest = {k: v for k, v in data.items() if k not in named and k != NAMED}
+        return {**rest, NAMED: named} if named else rest

@@ -29,6 +29,7 @@ DETECT_EVERY = 32  # characters between looks for a new candidate (a unit is 8 o
 
 class LoopGuard:
     __slots__ = ("_tail", "checked", "detected_at", "period", "start")
+    ahead = True  # a candidate loop is usually a loop: its continuation may open early
 
     def __init__(self) -> None:
         self.period = 0  # the candidate's unit length; 0: no candidate

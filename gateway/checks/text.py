@@ -56,7 +56,9 @@ class TemplateLeakCheck(BaseCheck):
     __slots__ = ("_first_chars", "_tokens")
     catalogue = 70
     name: str = "template_leak"
-    abilities = Abilities(partial=True, scan=Scan.DELTA, overlap=MAX_TOKEN_CHARS - 1)
+    abilities = Abilities(
+        partial=True, scan=Scan.DELTA, overlap=MAX_TOKEN_CHARS - 1, whole_from_deltas=True
+    )
 
     @classmethod
     def build(cls, ctx: BuildContext) -> TemplateLeakCheck:

@@ -46,16 +46,17 @@ from gateway.dispatch.continuation import Continuer
 from gateway.dispatch.fallback import verdict
 from gateway.dispatch.finish import plan
 from gateway.dispatch.hedge import BothFailed, HedgeBudget, HedgeWatch, race
-from gateway.dispatch.opening import Opening, StreamOpener
+from gateway.dispatch.opening import WHOLE, Opening, StreamOpener
 from gateway.dispatch.outcome import BridgePlan, Failure, Outcome, Trail, all_failed
 from gateway.dispatch.relay import StreamRelay
+from gateway.dispatch.verdicts import Verdicts
 from gateway.request.model import ClientRequest
 from gateway.routing.router import RouteDecision
 from gateway.rules.schema import Dispatch
 from gateway.telemetry.recorder import Telemetry
 from gateway.tenancy.limits import Reserve
 from gateway.tenancy.tenants import Effective
-from gateway.upstream.failures import AttemptFailed, DeadlineSpent, UpstreamStatus
+from gateway.upstream.failures import AttemptFailed, DeadlineSpent, UpstreamStatus, kept
 from gateway.upstream.pools import Pools
 from gateway.upstream.scheduler import ANYONE, Ticket
 
@@ -109,8 +110,9 @@ class Dispatcher:
         self._cfg = cfg
         self.book = LatencyBook()
         self.hedges = HedgeBudget(cfg.hedge_share, cfg.hedge_burst)
-        self._opener = StreamOpener(telemetry, self.book)
-        self._completer = Completer(self._opener, telemetry)
+        self.verdicts = Verdicts(telemetry)
+        self._opener = StreamOpener(telemetry, self.book, self.verdicts)
+        self._completer = Completer(self._opener, telemetry, self.verdicts)
 
     # -- the entry point of a request ----------------------------------------------------------
     async def serve(
@@ -175,7 +177,7 @@ class Dispatcher:
         tier, start = await self._run(call, call.d.tiers, attempt, trail, hedge=True)
         trail.finish = plan(call, self._pools, tier, held=self._hold(call, tier) > 0)
         cont = Continuer(call, self._pools, self._opener, self._run)
-        return StreamRelay(call, tier, start, trail, cont)
+        return StreamRelay(call, tier, start, trail, cont, self.verdicts)
 
     # -- the loop -------------------------------------------------------------------------------
     async def _run(
@@ -195,19 +197,24 @@ class Dispatcher:
             try:
                 return await self._hedged(call, tiers, attempt, trail)
             except BothFailed as e:
-                last_error, i = e.last, 2
+                last_error, i = kept(e.last), 2
             except AttemptFailed as e:
-                last_error, i = e, 1
+                last_error, i = kept(e), 1
             if not verdict(last_error).next_tier:
-                raise all_failed(last_error, trail.failures) from None
+                i = len(tiers)  # no other tier: the client gets this failure
         for tier in tiers[i:]:
+            if not self._pools.may_hold(tier, last_error):
+                continue  # a tier refused the prompt as too long: this one's window is no larger
             try:
                 return tier, await self._tier(tier, attempt, self._how(call, tiers, tier), trail)
             except AttemptFailed as e:
-                last_error = e
+                last_error = kept(e)  # (its traceback holds this frame: see failures.kept)
                 if not verdict(e).next_tier:
                     break
-        raise all_failed(last_error, trail.failures)
+        try:
+            raise all_failed(last_error, trail.failures) from None
+        finally:
+            del last_error  # raised, it holds this frame: not the other way round too
 
     def _hedge_delay(self, setting: float | str | None, tier: str) -> float:
         if isinstance(setting, float | int):
@@ -283,9 +290,15 @@ class Dispatcher:
             sleep=lambda s: self._sleep(s, trail),
             reraise=True,
         )
-        async for a in retrying:
-            with a:
-                return await self._timed(tier, attempt, how, trail)
+        try:
+            async for a in retrying:
+                with a:
+                    return await self._timed(tier, attempt, how, trail)
+        finally:
+            # tenacity's objects refer to each other (a cycle: freed by a full collection
+            # only), and their outcome holds the failure, whose traceback holds the
+            # request's frames and body until then: let go of it now
+            a.retry_state.outcome = None
         raise AssertionError("unreachable")  # pragma: no cover
 
     def retry_guard(
@@ -365,6 +378,8 @@ class Dispatcher:
         byte could not be continued on another tier (tool calls, a schema, n > 1)."""
         if not call.req.stream:
             return 0
+        if any(c.abilities.hold_stream for c in call.checks):
+            return WHOLE  # a whole-answer check protects the stream: held to its verdict
         facts = call.req.facts
         if call.d.hold_back or facts.tools or facts.json_schema or not call.can_be_continued():
             return self._pools[tier].tier.stream.hold_back_tokens

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from gateway.checks.base import Check, StreamGuard
+from gateway.checks.base import Check, StreamGuard, TextSource
 from gateway.request.model import ClientRequest
 from gateway.routing.router import RouteDecision
 from gateway.upstream.failures import CheckFailed
@@ -36,14 +36,14 @@ class Call:
             at = e.at if at is None else min(at, e.at)
         return at
 
-    def guard(self) -> tuple[str, StreamGuard] | None:
-        """The first stream guard of the route's checks, with its check's name (a check
-        that holds a stream's text while it may be the start of a failure: a loop)."""
-        for c in self.checks:
-            g = c.guard()
-            if g is not None:
-                return c.name, g
-        return None
+    def guards(self, ahead_only: bool = False) -> Guards | None:
+        """New stream guards of the route's checks, as one (checks that hold a stream's
+        text while it may be the start of a failure: a loop, a forbidden phrase);
+        ``ahead_only``: only those whose holding is worth a continuation opened early."""
+        named = [(c.name, g) for c in self.checks if (g := c.guard()) is not None]
+        if ahead_only:
+            named = [(n, g) for n, g in named if g.ahead]
+        return Guards(named) if named else None
 
     @property
     def path(self) -> str:
@@ -95,3 +95,34 @@ class Call:
         if self.req.kind == "completions" and not isinstance(self.req.body.get("prompt"), str):
             return False
         return self.req.body.get("n", 1) in (1, None)
+
+
+class Guards:
+    """Several checks' stream guards as one: it holds while any holds, from the earliest
+    start; ``confirmed`` names the check whose guard confirmed what it held."""
+
+    __slots__ = ("_named", "start")
+
+    def __init__(self, named: list[tuple[str, StreamGuard]]):
+        self._named = named
+        self.start = 0
+
+    @property
+    def holding(self) -> bool:
+        return any(g.holding for _, g in self._named)
+
+    @property
+    def ahead(self) -> bool:
+        """A guard that holds now says its failure is likely (a candidate loop)."""
+        return any(g.holding and g.ahead for _, g in self._named)
+
+    def update(self, state: TextSource) -> bool:
+        held = [g.start for _, g in self._named if g.update(state)]  # each sees every text
+        self.start = min(held) if held else state.chars
+        return bool(held)
+
+    def confirmed(self, state: TextSource) -> str | None:
+        for name, g in self._named:
+            if g.holding and g.confirmed(state):
+                return name
+        return None

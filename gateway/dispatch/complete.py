@@ -16,15 +16,15 @@ from typing import Any
 
 import orjson
 
-from gateway.checks.base import StreamGuard
 from gateway.dispatch.assemble import assembled, outputs
 from gateway.dispatch.bridge import bridge
-from gateway.dispatch.call import Call
+from gateway.dispatch.call import Call, Guards
 from gateway.dispatch.continuation import Continuer, continuation_body
 from gateway.dispatch.fallback import verdict
 from gateway.dispatch.opening import Opening, StreamOpener, StreamStart, pull
 from gateway.dispatch.outcome import Failure, Salvage, Trail
 from gateway.dispatch.splice import merge_usage
+from gateway.dispatch.verdicts import Verdicts
 from gateway.telemetry.recorder import Telemetry
 from gateway.upstream.failures import (
     AnswerTimeout,
@@ -40,9 +40,10 @@ Answer = tuple[bytes, dict[str, Any] | None]
 
 
 class Completer:
-    def __init__(self, opener: StreamOpener, telemetry: Telemetry):
+    def __init__(self, opener: StreamOpener, telemetry: Telemetry, verdicts: Verdicts):
         self._opener = opener
         self._tel = telemetry
+        self._verdicts = verdicts
 
     async def complete(
         self, call: Call, pool: Pool, how: Opening, trail: Trail, cont: Continuer | None = None
@@ -80,15 +81,15 @@ class Completer:
         if salvage is not None:  # the whole text is judged: the live phase saw only a part
             answer, live = _joined(call, answer, salvage), None
             trail.continued, trail.salvage = f"{salvage.tier}:{len(salvage.prefix)}", None
-        self._judged(call, answer, how, trail, live)
+        await self._judged(call, answer, how, trail, live)
         return orjson.dumps(answer), answer.get("usage")
 
-    def _judged(
+    async def _judged(
         self, call: Call, answer: dict[str, Any], how: Opening, trail: Trail, s: StreamStart | None
     ) -> None:
         """:meth:`_judge`; a failure leaves the next tier what of ``s``'s text it can use."""
         try:
-            self._judge(call, answer, how, trail, s)
+            await self._judge(call, answer, how, trail, s)
         except AttemptFailed as e:
             if s is not None:
                 self._keep(call, s.pool.name, s.state, e, trail)
@@ -114,7 +115,7 @@ class Completer:
             answer = await self._read(call, nxt, fast, trail, cont)
             if isinstance(answer.get("usage"), dict):
                 answer["usage"] = merge_usage(first_usage, tokens, answer["usage"])
-            self._judged(call, answer, fast, trail, nxt)
+            await self._judged(call, answer, fast, trail, nxt)
         except AttemptFailed as e:
             trail.failures.append(Failure.of(nxt.pool.name, e))
             trail.bridged = None
@@ -189,7 +190,7 @@ class Completer:
     def _assembled(call: Call, s: StreamStart) -> dict[str, Any]:
         return assembled(call.req.kind, s.state)
 
-    def _judge(
+    async def _judge(
         self,
         call: Call,
         answer: dict[str, Any],
@@ -207,13 +208,15 @@ class Completer:
             if seen and not s.state.multi:
                 checks = tuple(c for c in checks if id(c) not in seen)
         for out in outputs(call.req.kind, answer):
-            bad = failed or self._tel.run_checks(checks, out, call.req.facts)
+            bad = failed or await self._verdicts.whole(call, out, how.until, checks)
             if bad is None:
                 continue
             if not how.deliver:
                 raise check_failed(bad)
             trail.checks_failed = bad.check
             return
+        for out in outputs(call.req.kind, answer):
+            self._verdicts.report(call, out)
 
     async def _plain(self, call: Call, pool: Pool, how: Opening, trail: Trail) -> Answer:
         body = orjson.dumps(call.body_for(pool))
@@ -249,7 +252,7 @@ class Completer:
             pool.record(False)
             raise BadBody("the answer's choices are malformed") from None
         pool.record(True)
-        self._judge(call, answer, how, trail, None)
+        await self._judge(call, answer, how, trail, None)
         return data, answer.get("usage")
 
 
@@ -312,19 +315,18 @@ class _Ahead:
     and a confirmed one fails the attempt at once, not at the check's next periodic run.
     Nothing is held: nothing was sent."""
 
-    __slots__ = ("check", "cont", "guard")
+    __slots__ = ("cont", "guard")
 
-    def __init__(self, cont: Continuer, check: str, guard: StreamGuard):
+    def __init__(self, cont: Continuer, guard: Guards):
         self.cont = cont
-        self.check = check
         self.guard = guard
 
     @classmethod
     def of(cls, call: Call, s: StreamStart, cont: Continuer | None) -> _Ahead | None:
         if cont is None or not cont.possible(s.pool.name):
             return None
-        found = call.guard()
-        return cls(cont, *found) if found is not None else None
+        guards = call.guards(ahead_only=True)
+        return cls(cont, guards) if guards is not None else None
 
     def watch(self, s: StreamStart) -> None:
         state, cont = s.state, self.cont
@@ -332,8 +334,9 @@ class _Ahead:
             if cont.ahead is not None:
                 cont.drop_ahead()  # the candidate broke off
             return
-        if self.guard.confirmed(state):
-            raise CheckFailed("the text repeats one unit", self.check, self.guard.start)
+        check = self.guard.confirmed(state)
+        if check is not None:
+            raise CheckFailed("the text it held confirmed a failure", check, self.guard.start)
         if cont.wants_ahead and state.plain and state.resumable:
             at = self.guard.start
             tokens = state.tokens_for(at)

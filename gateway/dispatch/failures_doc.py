@@ -23,6 +23,7 @@ from gateway.upstream import failures as tree
 from gateway.upstream.failures import (
     AttemptFailed,
     ClientRejected,
+    ContextExceeded,
     FirstTokenTimeout,
     ServerError,
     Shed,
@@ -168,6 +169,10 @@ def _last_failures() -> tuple[tuple[str, AttemptFailed], ...]:
     """One last failure of each kind that :func:`all_failed` tells apart."""
     return (
         ("an engine's client error (`ClientRejected`)", ClientRejected(400, "", b"")),
+        (
+            "`ContextExceeded`: no window of the route held the prompt",
+            ContextExceeded(400, "", b"", None),
+        ),
         ("`Shed`: the queues could not start it in time", Shed("", 2.0)),
         ("a failure that counts as a timeout", FirstTokenTimeout("")),
         ("any other failure", ServerError(503, "")),
@@ -183,7 +188,7 @@ def _first_sentence(doc: str) -> str:
 def _answer(last: AttemptFailed) -> str:
     got = all_failed(last, [Failure.of("tier", last)])
     if isinstance(got, ClientRejected):
-        return "the engine's own status and body, relayed as they are"
+        return "the engine's own status and message, in the client's error format"
     text = f"`{got.status} {got.type} / {got.code}` (`{type(got).__name__}`)"
     if "Retry-After" in getattr(got, "headers", {}):
         text += " with `Retry-After`"

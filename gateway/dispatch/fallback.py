@@ -8,8 +8,9 @@ the same tier is tried again after a short wait; whether it was a timeout (the l
 failure decides 504 over 502); whether it counts against the tier's circuit; whether a
 non-streamed attempt's text so far may be continued by the next tier. These are the
 fallback triggers of the rules: every failure moves on to the next tier but the
-request's own 4xx, and a check failure never opens a circuit. The OpenAI error when no
-tier answered is :func:`gateway.dispatch.outcome.all_failed`.
+request's own 4xx (a prompt too long for the tier's context window is not the request's
+fault: a larger window may hold it), and a check failure never opens a circuit. The
+OpenAI error when no tier answered is :func:`gateway.dispatch.outcome.all_failed`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from gateway.upstream.failures import (
     ClientSlow,
     ConnectFailed,
     ConnectionReset,
+    ContextExceeded,
     DeadlineSpent,
     EmptyStream,
     FirstTokenTimeout,
@@ -79,6 +81,8 @@ VERDICTS: MappingProxyType[type[AttemptFailed], Verdict] = MappingProxyType(
         UpstreamStatus: Verdict(reason=_STATUS),  # 408, other 5xx, a hosted tier's 401/403/404
         UpstreamRateLimited: Verdict(reason=_STATUS, same_tier=True),
         ClientRejected: Verdict(reason=_STATUS, next_tier=False, tier_fault=False),
+        # another tier's window may be larger (the loop skips those no larger than this one's)
+        ContextExceeded: Verdict(reason="context_length", tier_fault=False),
         BadBody: Verdict(reason="bad_body"),
         BadStream: Verdict(reason="bad_stream"),
         AnswerTooLarge: Verdict(reason="too_large"),

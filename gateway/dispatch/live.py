@@ -64,9 +64,9 @@ class LiveChecks:
         self._periodic = by[Scan.WINDOW]
         self._text = by[Scan.TEXT]
         self._head = by[Scan.HEAD] if fresh else []  # a continuation's head is not the answer's
-        self._overlap = max((c.abilities.overlap or 0 for c in self._delta), default=0)
+        self._overlap = max((c.abilities.overlap for c in self._delta), default=0)
         # delta checks whose passes on every delta are a pass on the whole text
-        self._whole_delta = [c for c in self._delta if c.abilities.overlap is not None]
+        self._whole_delta = [c for c in self._delta if c.abilities.whole_from_deltas]
         self._facts = facts
         self._every = every
         self._window = window
@@ -120,7 +120,7 @@ class LiveChecks:
 
     def passed_whole(self, state: StreamState) -> frozenset[int]:
         """The ``id`` of each check whose verdict on the whole text is known to be a pass:
-        a delta check with a bounded overlap saw every character; the window ones ran at
+        a delta check whose deltas decide the whole text saw every character; the window ones ran at
         the final length on a window that held all of it (with no finish reason: the
         whole-answer run reads "length" as well)."""
         done: set[int] = set()

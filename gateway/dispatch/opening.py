@@ -12,7 +12,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from gateway.checks.base import CheckResult
+from gateway.checks.base import CheckResult, Cost, Output
 from gateway.dispatch.budget import MIN_ATTEMPT_S, LatencyBook
 from gateway.dispatch.call import Call
 from gateway.dispatch.fallback import verdict
@@ -20,8 +20,10 @@ from gateway.dispatch.hedge import HedgeWatch
 from gateway.dispatch.live import LiveChecks
 from gateway.dispatch.outcome import BridgePlan, Trail
 from gateway.dispatch.rate import RateGuard
+from gateway.dispatch.verdicts import Verdicts
 from gateway.telemetry.recorder import Telemetry
 from gateway.upstream.failures import (
+    AnswerTimeout,
     AttemptFailed,
     BadBody,
     EmptyStream,
@@ -35,6 +37,10 @@ from gateway.upstream.pools import Pool
 from gateway.upstream.replicas import Replica
 from gateway.upstream.sse import StreamState
 from gateway.upstream.transport import Timeouts, UpstreamStream
+
+WHOLE = 1 << 40
+"""``Opening.hold_tokens`` that holds a stream back to its end: a whole-answer check of the
+rule protects the stream (``Abilities.hold_stream``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -70,6 +76,7 @@ class StreamStart:
     rate: RateGuard | None = None  # the tier's minimum rate, where another tier can take over
     since: float = field(default_factory=time.monotonic)  # when it took its slot
     way: str | None = None  # finishing another tier's stream: continue, prompt or restart
+    held_whole: bool = False  # held back to its end: every check ran before it went out
 
     def discard(self) -> None:
         """Not used after all (a hedge's other answer won): close it, free the slot."""
@@ -84,9 +91,10 @@ class StreamStart:
 
 
 class StreamOpener:
-    def __init__(self, telemetry: Telemetry, book: LatencyBook):
+    def __init__(self, telemetry: Telemetry, book: LatencyBook, verdicts: Verdicts):
         self._tel = telemetry
         self._book = book
+        self._verdicts = verdicts
 
     async def open(
         self, call: Call, pool: Pool, body: bytes, how: Opening, trail: Trail
@@ -110,8 +118,9 @@ class StreamOpener:
             if how.first_token is not None:
                 how.first_token.set()
             bad = s.live.maybe_run(s.state)  # nothing goes out unchecked
+            s.held_whole = how.hold_tokens >= WHOLE
             if bad is None and how.hold_tokens:
-                bad = await self._hold_back(call, s, how.hold_tokens, cfg.hold_back_ms)
+                bad = await self._hold_back(call, s, how, cfg.hold_back_ms)
             if bad is not None:
                 if not how.deliver:
                     raise check_failed(bad)
@@ -136,12 +145,18 @@ class StreamOpener:
         return s
 
     async def _hold_back(
-        self, call: Call, s: StreamStart, tokens: int, ms: float
+        self, call: Call, s: StreamStart, how: Opening, ms: float
     ) -> CheckResult | None:
-        """Keep reading until ``tokens`` tokens, ``ms`` ms or the end; run live checks."""
-        state = s.state
+        """Keep reading until ``how.hold_tokens`` tokens, ``ms`` ms or the end (``WHOLE``:
+        the end, within the attempt's time); run live checks, then, on the whole answer,
+        every check of the rule, and on a part, the remote ones that take partial text."""
+        state, tokens = s.state, how.hold_tokens
         if state.tokens < tokens and not state.done:
-            until = asyncio.get_running_loop().time() + ms / 1000 if ms > 0 else None
+            loop = asyncio.get_running_loop()
+            if tokens >= WHOLE:
+                until: float | None = loop.time() + (how.until - time.monotonic())
+            else:
+                until = loop.time() + ms / 1000 if ms > 0 else None
             try:
                 async with asyncio.timeout_at(until):
                     while state.tokens < tokens and not state.done:
@@ -150,10 +165,17 @@ class StreamOpener:
                         if bad is not None:
                             return bad
             except TimeoutError:
-                pass  # the window's time is up: what we hold so far goes out
+                if tokens >= WHOLE:
+                    raise AnswerTimeout("the answer held back did not end in its time") from None
+                # the window's time is up: what we hold so far goes out
         if state.done:  # all of it is here: every check of the rule
-            return self._tel.run_checks(call.checks, state.output(), call.req.facts)
-        return s.live.run(state)
+            return await self._verdicts.whole(call, state.output(), how.until)
+        bad = s.live.run(state)
+        remote = [c for c in call.checks if c.abilities.partial and c.abilities.cost is Cost.REMOTE]
+        if bad is None and remote:  # remote checks of partial text: the window, once
+            out = Output(state.text(), None, [])
+            bad = await self._verdicts.whole(call, out, how.until, remote, partial=True)
+        return bad
 
 
 def _start(call: Call, pool: Pool, rep: Replica, how: Opening) -> StreamStart:

@@ -7,8 +7,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.dispatch.fallback import reason, verdict
-from gateway.errors import GatewayError, RateLimited, UpstreamFailed, UpstreamTimeout
-from gateway.upstream.failures import AttemptFailed, CheckFailed, ClientRejected, Shed
+from gateway.errors import (
+    ContextTooLong,
+    GatewayError,
+    RateLimited,
+    UpstreamFailed,
+    UpstreamTimeout,
+)
+from gateway.upstream.failures import (
+    AttemptFailed,
+    CheckFailed,
+    ClientRejected,
+    ContextExceeded,
+    Shed,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +115,15 @@ def describe_fallback(failures: list[Failure], tier: str) -> str | None:
 def all_failed(last: AttemptFailed, failures: Sequence[Failure]) -> GatewayError | ClientRejected:
     """What the client gets when no tier answered; ``last`` is the last attempt's failure.
     An engine's client error is relayed as it is; a request the queues could not start is
-    a 429 with ``Retry-After``; else a 504 when the last failure was a timeout, a 502."""
+    a 429 with ``Retry-After``; a prompt too long for every window tried is a 400 quoting
+    each engine; else a 504 when the last failure was a timeout, a 502."""
+    if isinstance(last, ContextExceeded):
+        said = "; ".join(f"{f.tier}: {f.detail}" for f in failures if f.reason == "context_length")
+        return ContextTooLong(
+            "The prompt and max_tokens fit the context window of no tier of this route "
+            f"({said or last.detail}).",
+            param="messages",
+        )
     if isinstance(last, ClientRejected):
         return last
     if isinstance(last, Shed):  # the queue could not start it in time: come back later

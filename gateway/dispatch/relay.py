@@ -32,8 +32,9 @@ from gateway.dispatch.finish import separator
 from gateway.dispatch.opening import StreamStart
 from gateway.dispatch.outcome import Failure, Trail, describe_fallback
 from gateway.dispatch.splice import DONE, Restart, Splice
+from gateway.dispatch.verdicts import Verdicts
 from gateway.errors import GatewayError, StreamBroken, error_body
-from gateway.headers import H_CONTINUED, H_COST, H_FALLBACK, H_FINISH
+from gateway.headers import H_CHECKS_FAILED, H_CONTINUED, H_COST, H_FALLBACK, H_FINISH
 from gateway.upstream.failures import (
     AttemptFailed,
     CheckFailed,
@@ -74,7 +75,15 @@ def _as_broken() -> Iterator[None]:
 
 
 class StreamRelay:
-    def __init__(self, call: Call, tier: str, start: StreamStart, trail: Trail, cont: Continuer):
+    def __init__(
+        self,
+        call: Call,
+        tier: str,
+        start: StreamStart,
+        trail: Trail,
+        cont: Continuer,
+        verdicts: Verdicts | None = None,
+    ):
         self.call = call
         self.tier = tier
         self.start = start
@@ -86,11 +95,16 @@ class StreamRelay:
         self.broken = False  # it ended with an error event
         self._active: StreamStart | None = start  # the upstream stream being relayed
         self._splice: Splice | None = None
-        self._guard = call.guard()  # (its check's name, the guard): a loop is held back
+        self._guard = call.guards()  # text that may begin a failure is held back
         self._last: StreamState = start.state
         self._pool = start.pool  # the tier whose price the answer is charged at
         self._strip = not call.wants_usage  # the usage chunk was asked for by us, not them
         self.blocked_s = 0.0  # time spent waiting for the client to take our writes
+        self._verdicts = verdicts
+        # whole-answer checks that run after the last token: they report, the answer is out
+        self._reporting = tuple(
+            c for c in call.checks if c.abilities.report_stream or c.abilities.report_only
+        )
 
     def abandon(self) -> None:
         """The client never got a response head: drop the upstream stream."""
@@ -111,6 +125,7 @@ class StreamRelay:
             try:
                 await self._pump(start, sink)
                 self._release(ok=True)
+                await self._report(start)
             except _Broken as b:
                 self._release(ok=not self._engine_fault(b, start))
                 self.trail.failures.append(Failure.of(self.tier, b.error))
@@ -158,7 +173,7 @@ class StreamRelay:
         the separator in front of one that does not begin with it)."""
         self._active, self._last, self._pool = nxt, nxt.state, nxt.pool
         if self._guard is not None:
-            self._guard = self.call.guard()  # the new stream's own text
+            self._guard = self.call.guards()  # the new stream's own text
         self._splice = Splice(first, echo, self.sent_tokens, self.call.wants_usage, restart)
         head = self._splice.rewrite(data_payloads(nxt.head))
         if head:
@@ -168,11 +183,11 @@ class StreamRelay:
     async def _pump(self, s: StreamStart, sink: Sink) -> None:
         """Forward one upstream stream to the end; raise :class:`_Broken` if it goes bad."""
         state, live, splice = s.state, s.live, self._splice
-        if not (live or splice is not None or self._strip or self._can_continue()):
+        needed = live or splice is not None or self._strip or self._reporting
+        if not (needed or self._can_continue()):
             await self._passthrough(s, sink)
             return
-        held = b""
-        check, guard = self._guard if self._guard is not None else ("", None)
+        guard, held = self._guard, b""
         rate = s.rate if self._can_continue() else None  # else a slow stream is still the answer
         with _as_broken():
             while chunk := await s.up.read():
@@ -190,9 +205,10 @@ class StreamRelay:
                 if state.usage is not usage and self._strip and splice is None:
                     out = drop_usage(out)
                 if guard is not None and guard.update(state):  # a candidate loop: hold it
-                    if guard.confirmed(state):
+                    check = guard.confirmed(state)
+                    if check is not None:
                         raise _Broken(CheckFailed(_HELD, check, guard.start))
-                    if self._cont.wants_ahead and state.resumable:  # its continuation
+                    if guard.ahead and self._cont.wants_ahead and state.resumable:
                         prefix = state.text()[: min(guard.start, self.sent_chars)]
                         self._cont.open_ahead(self.tier, prefix, self.sent_tokens, False)
                     held += out
@@ -281,7 +297,7 @@ class StreamRelay:
         prefix = text[: self.sent_chars]
         if isinstance(b.error, CheckFailed):  # before the failure, where the check knows it
             good = self.call.good_prefix(b.error, text, state.finish_reason)
-            held = self._guard[1] if self._guard is not None else None
+            held = self._guard
             if held is not None and held.holding:  # the text it holds was not sent
                 good = held.start if good is None else min(good, held.start)
             if good is not None:
@@ -339,6 +355,20 @@ class StreamRelay:
             usage = {**usage, "prompt_tokens": self.call.req.prompt_tokens}
         return usage, self._pool.cost(usage)
 
+    async def _report(self, s: StreamStart) -> None:
+        """The whole answer went out: the checks that report on streams (a failure goes to
+        the trailer and the metrics) and the report-only ones (in the background)."""
+        if not self._reporting or self._verdicts is None or not s.state.done:
+            return
+        out = s.state.output()
+        held = s.state.done and s.held_whole  # every acting check ran before it went out
+        acting = [c for c in self._reporting if not c.abilities.report_only]
+        if acting and not held:
+            bad = await self._verdicts.whole(self.call, out, self.call.deadline_at, acting)
+            if bad is not None:
+                self.trail.checks_failed = bad.check
+        self._verdicts.report(self.call, out)
+
     # -- endings -----------------------------------------------------------------------------
     async def _error(self, sink: Sink, message: str) -> None:
         self.broken = True
@@ -359,6 +389,8 @@ class StreamRelay:
             await sink.write(f": {H_FALLBACK} {fb}\n\n".encode("ascii", "replace"))
         if self.trail.bridged:
             await sink.write(f": {H_CONTINUED} {self.trail.bridged}\n\n".encode())
+        if self.trail.checks_failed:  # delivered, though a check failed on it
+            await sink.write(f": {H_CHECKS_FAILED} {self.trail.checks_failed}\n\n".encode())
         await sink.write_eof()
 
 

@@ -219,7 +219,7 @@ def parse_chat(raw: bytes) -> ClientRequest:
             last_user = text
     tools, other_tools = _tools(body)
     json_mode, schema = _response_format(body)
-    facts = RequestFacts(max_set, json_mode, schema, tools, other_tools)
+    facts = RequestFacts(max_set, json_mode, schema, tools, other_tools, last_user)
     return ClientRequest(
         kind="chat",
         body=body,
@@ -260,7 +260,9 @@ def parse_completion(raw: bytes) -> ClientRequest:
         )
     else:
         raise bad_type("prompt", "a string, an array of strings or an array of token ids", prompt)
-    facts = RequestFacts(max_tokens_set=max_set, json_mode=False, json_schema=None, tools={})
+    facts = RequestFacts(
+        max_tokens_set=max_set, json_mode=False, json_schema=None, tools={}, last_user=text
+    )
     affinity = _affinity(text[:256])
     return ClientRequest(
         kind="completions",

@@ -5,7 +5,9 @@ header names collected) and its :meth:`Classifier.classify` looks only at its
 arguments. Explicit hints win over the request's shape:
 
 1. headers ``x-gateway-task`` / ``x-gateway-sla`` / ``x-gateway-tier``, and a tier
-   alias in ``model`` (``auto``, ``fast``, ``standard`` ... from ``aliases``);
+   alias in ``model`` (``auto``, ``fast``, ``standard`` ... from ``aliases``; a name no
+   alias or tier names takes the first alias pattern that matches it, ``"*"`` any name,
+   and is a 404 ``model_not_found`` where none does);
 2. shape: tools -> agent step; JSON ``response_format`` -> extraction;
 3. the operator's cues in the rules: code (fences, FIM markers, language keywords),
    summarization (a long prompt with a summarise verb), reasoning;
@@ -17,13 +19,19 @@ arguments. Explicit hints win over the request's shape:
 ``tools``, ``json``, ``cue "prove"``, ``model 0.93``, ``uncertain code 0.41``, ``default``.
 Cue search and the model look at most at ``scan_chars`` characters of the last user turn
 (its head and tail), so their cost does not grow with the prompt.
+
+``context_tokens`` estimates what the request puts in a context window (its prompt and
+its tool definitions, ~4 characters a token), for the router's fit against each tier's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from pathlib import Path
+
+import orjson
 
 from gateway.errors import InvalidField, ModelNotFound
 from gateway.request.model import ClientRequest
@@ -53,6 +61,9 @@ class Classification:
     scores: tuple[tuple[str, float], ...] = ()  # the model's top classes, when it was asked
     sticky: str = ""  # canary stickiness: "session:<x-session-id>" | "user:<user>" | ""
     affinity: int = 0  # the prompt head's hash: the stickiness of last resort
+    alias: str | None = None  # the alias pattern ("*") that took a name nothing else names
+    context_tokens: int = 0  # estimated prompt with tool definitions (the window fit)
+    max_tokens_param: str = "max_tokens"  # the field the client set the limit with
 
     def header(self, name: str) -> str | None:
         for k, v in self.headers:
@@ -73,19 +84,33 @@ def _sticky(req: ClientRequest, headers: Mapping[str, str]) -> str:
     return "user:" + user if isinstance(user, str) and user else ""
 
 
+def _tools_tokens(req: ClientRequest) -> int:
+    """The tool definitions' share of the prompt (an engine renders them into it)."""
+    tools = req.body.get("tools")
+    return len(orjson.dumps(tools)) // 4 if isinstance(tools, list) and tools else 0
+
+
+def _max_param(req: ClientRequest) -> str:
+    body = req.body
+    if body.get("max_tokens") is None and body.get("max_completion_tokens") is not None:
+        return "max_completion_tokens"
+    return "max_tokens"
+
+
 def _lower(items: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(i.lower() for i in items)
 
 
-def _quote(cue: str) -> str:
-    """A cue as ``x-gateway-route`` shows it: quoted, printable ASCII only."""
+def quote(cue: str) -> str:
+    """A cue (or a client's model name) as ``x-gateway-route`` shows it: quoted,
+    printable ASCII only."""
     s = cue.strip().encode("ascii", "backslashreplace").decode("ascii")
     return '"' + "".join(ch if " " <= ch <= "~" and ch != '"' else "?" for ch in s) + '"'
 
 
 def _cues(items: tuple[str, ...], lower: bool = True) -> tuple[tuple[str, str], ...]:
     """(text searched for, source shown) pairs."""
-    return tuple((i.lower() if lower else i, f"cue {_quote(i)}") for i in items)
+    return tuple((i.lower() if lower else i, f"cue {quote(i)}") for i in items)
 
 
 def load_model(rules: Rules, files: ModelFiles | None = None) -> TextModel | None:
@@ -151,6 +176,10 @@ class Classifier:
         if served is None:
             served = {n: t.model for n, t in rules.tiers.items() if t.model is not None}
         self._model_tiers = {model: name for name, model in served.items()}
+        # aliases with a wildcard, in the file's order: a name nothing else names takes the first
+        self._patterns = tuple(
+            (k, v) for k, v in rules.aliases.items() if any(ch in k for ch in "*?[")
+        )
         names: set[str] = set()
         for r in rules.rules:
             names.update(k.lower() for k in (r.when.headers or {}))
@@ -166,7 +195,8 @@ class Classifier:
                     param=name.lower(),
                     code="invalid_value",
                 )
-        tier_hint, hint_source = self._tier_hint(req.model, headers.get(H_TIER))
+        model_tier, alias = self._model_tier(req.model)
+        tier_hint, hint_source = self._tier_hint(model_tier, headers.get(H_TIER))
         has_tools = bool(req.facts.tools or req.facts.other_tools)
 
         task = _known(headers.get(H_TASK), rules.tasks, H_TASK, "task")
@@ -205,20 +235,34 @@ class Classifier:
             scores=scores,
             sticky=_sticky(req, headers),
             affinity=req.affinity,
+            alias=alias,
+            context_tokens=req.prompt_tokens + _tools_tokens(req),
+            max_tokens_param=_max_param(req),
         )
 
-    def _tier_hint(self, model: str, header: str | None) -> tuple[str | None, str | None]:
+    def _model_tier(self, model: str) -> tuple[str | None, str | None]:
+        """The tier ``model`` pins (None: the rules decide) and the alias pattern that took
+        it (None: an alias or tier model of that very name); 404 when nothing takes it."""
         aliases = self._rules.aliases
         if model in aliases:
-            model_tier = aliases[model]
-        elif model in self._model_tiers:
-            model_tier = self._model_tiers[model]
-        else:
-            known = sorted({*aliases, *self._model_tiers})
-            raise ModelNotFound(
-                f"The model '{model}' does not exist; this gateway serves: {', '.join(known)}.",
-                param="model",
-            )
+            return aliases[model], None
+        if model in self._model_tiers:
+            return self._model_tiers[model], None
+        for pattern, tier in self._patterns:
+            if fnmatchcase(model, pattern):
+                return tier, pattern
+        patterns = [p for p, _ in self._patterns]
+        known = sorted({*(a for a in aliases if a not in patterns), *self._model_tiers})
+        also = f"; and names matching {', '.join(patterns)}" if patterns else ""
+        raise ModelNotFound(
+            f"The model '{model}' does not exist; this gateway serves: {', '.join(known)}{also}.",
+            param="model",
+        )
+
+    def _tier_hint(
+        self, model_tier: str | None, header: str | None
+    ) -> tuple[str | None, str | None]:
+        aliases = self._rules.aliases
         if header is not None:
             if header in self._rules.tiers:
                 return header, "header"
@@ -252,7 +296,7 @@ class Classifier:
                 if k in low:
                     hits.append(k)
                     if len(hits) >= self._kw_hits:
-                        return c.code.task, "cue " + "+".join(map(_quote, hits))
+                        return c.code.task, "cue " + "+".join(map(quote, hits))
         if req.prompt_tokens >= self._sum_min:
             for v, source in self._verbs:
                 if v in low:

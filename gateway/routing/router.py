@@ -3,7 +3,9 @@
 Pure. The first rule whose ``when`` matches decides (``default`` when none does).
 Its tier and fallback chain give the order of tiers to try; a tier hint (header or a
 model alias) moves that tier to the front and keeps only the fallbacks after it, so a
-client that pins ``standard`` is never "fallen back" to a faster tier. Unavailable
+client that pins ``standard`` is never "fallen back" to a faster tier. Tiers that cannot
+hold the request (its estimated prompt and ``max_tokens`` against their context windows,
+:mod:`gateway.routing.fit`) are left out; when none can, a 400. Unavailable
 tiers (circuit open, or every replica failing its health probe) are skipped; when every
 tier is unavailable, the last one of the chain is still tried, because answering 503
 without trying is worse than a probe.
@@ -16,7 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from gateway.errors import PermissionDenied
-from gateway.routing.classify import Classification
+from gateway.routing.classify import Classification, quote
+from gateway.routing.fit import Limits, Need, described, fit
 from gateway.rules.cache import CacheRule
 from gateway.rules.schema import Route, Rule, Rules, When
 from gateway.tenancy.tenants import OPEN, Effective
@@ -79,6 +82,8 @@ class Router:
     def __init__(self, rules: Rules):
         self._rules = rules
         self._ordered: tuple[Rule, ...] = rules.rules
+        self._caps = {n: t.max_output_tokens for n, t in rules.tiers.items()}
+        self._declared = {n: w for n, t in rules.tiers.items() if (w := t.context_window)}
 
     def _match(self, c: Classification, eff: Effective, lacking: list[str]) -> tuple[Route, str]:
         """The first rule (the tenant's, then the global ones) whose ``when`` matches. A
@@ -98,8 +103,13 @@ class Router:
         return self._rules.default, "default"
 
     def decide(
-        self, c: Classification, healthy: Mapping[str, bool], eff: Effective = OPEN
+        self,
+        c: Classification,
+        healthy: Mapping[str, bool],
+        eff: Effective = OPEN,
+        windows: Mapping[str, int] | None = None,
     ) -> RouteDecision:
+        """``windows``: each tier's known context window (default: the rules' own)."""
         p = eff.policy
         # a policy is checked against the rules it was written under; a later rules version
         # may lack a tier or SLA class it names: that part of it is ignored, and said
@@ -130,15 +140,9 @@ class Router:
         if p.fallback_enabled is False:
             chain = chain[:1]
             why.append(f"fallback off ({eff.who('fallback_enabled')})")
+        chain = self._fit(chain, c, self._declared if windows is None else windows, why)
         checks = _checks(rule.guarded_checks(len(chain) > 1), eff)  # the guards need a fallback
-        tiers = tuple(t for t in chain if healthy.get(t, True))
-        skipped = [t for t in chain if t not in tiers]
-        if skipped:
-            why.append(f"unavailable: {','.join(skipped)}")
-        if lacking:
-            why.append(f"policy ignored, not in the rules: {'; '.join(lacking)}")
-        if not tiers:
-            tiers = chain[-1:]
+        tiers = _available(chain, healthy, why, lacking)
         sla = self._rules.sla_classes[c.sla]
         return RouteDecision(
             rule=name,
@@ -154,6 +158,34 @@ class Router:
             arm=arm,
             cache=rule.cache,
         )
+
+    def _fit(
+        self, chain: tuple[str, ...], c: Classification, windows: Mapping[str, int], why: list[str]
+    ) -> tuple[str, ...]:
+        """``chain`` less the tiers that cannot hold the request (said in ``why``, with the alias
+        that took the client's model name); a 400 when none can."""
+        if c.alias is not None:
+            why.append(f"model {quote(c.model[:64])} by alias {quote(c.alias)}")
+        limits = {t: Limits(windows.get(t), self._caps.get(t)) for t in chain}
+        need = Need(c.context_tokens, c.max_tokens, c.max_tokens_param)
+        kept, dropped = fit(chain, need, limits)
+        if dropped:
+            why.append(described(dropped, need, limits))
+        return kept
+
+
+def _available(
+    chain: tuple[str, ...], healthy: Mapping[str, bool], why: list[str], lacking: list[str]
+) -> tuple[str, ...]:
+    """The tiers of ``chain`` that are available (the last one when none is: a probe beats a
+    503 without trying), with what was skipped or ignored said in ``why``."""
+    tiers = tuple(t for t in chain if healthy.get(t, True))
+    skipped = [t for t in chain if t not in tiers]
+    if skipped:
+        why.append(f"unavailable: {','.join(skipped)}")
+    if lacking:
+        why.append(f"policy ignored, not in the rules: {'; '.join(lacking)}")
+    return tiers or chain[-1:]
 
 
 def _allowed(

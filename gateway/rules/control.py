@@ -53,11 +53,15 @@ class RulesControl:
         apply: Callable[[Rules], None],
         prepare: Callable[[Rules, str], Rules] | None,
         watch_interval: float,
+        file_first: bool = False,
     ):
         """``prepare``: what the gateway makes of a parsed version before it is stored (its
         settings' overrides applied, what it names checked: RulesError if it cannot run),
-        in the worker thread with the parse; ``apply`` must not fail after it."""
+        in the worker thread with the parse; ``apply`` must not fail after it.
+        ``file_first`` (the embedded store): a rules file edited while the gateway was
+        stopped becomes a new version at start (:meth:`_file_changed`)."""
         self.store = store
+        self._file_first = file_first
         self.path = path
         self.text = text
         self.version = 0  # 0: not stored (no store configured)
@@ -80,13 +84,32 @@ class RulesControl:
     async def start(self) -> None:
         """Adopt the store's current rules, or store ours as the first version."""
         if self.store is not None:
+            file_text = self.text
             try:
                 async with self._changing:
                     await self._claim("startup")
+                if self._file_first:
+                    await self._file_changed(file_text)
             except StoreUnavailable as e:
                 log.warning("rules: store unreachable at start (%s); using %s", e, self.path)
         if self._interval > 0:
             self._task = asyncio.get_running_loop().create_task(self._watch())
+
+    async def _file_changed(self, text: str) -> None:
+        """The rules file is the operator's too: when its text is none the store has kept
+        (the file was edited while the gateway was stopped), it becomes a new version, as
+        the watcher would have made it while running. A text the store knows (the same
+        file, a copy of it, an older version) leaves the store's current version running:
+        an upload or a rollback survives a restart."""
+        assert self.store is not None
+        if text == self.text:
+            return
+        for m in reversed(await self.store.rules_versions()):
+            if await self.store.rules_text(int(m["version"])) == text:
+                return
+        with contextlib.suppress(RulesError):  # recorded in last_error; the store's stays
+            v = await self.submit(text, str(self.path), "startup: the file changed")
+            log.info("rules: %s changed while the gateway was stopped: version %d", self.path, v)
 
     async def close(self) -> None:
         if self._task is not None:

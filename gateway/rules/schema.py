@@ -20,7 +20,8 @@ from typing import Any
 import yaml
 from pydantic import Field, ValidationError
 
-from gateway.checks.config import CheckSettings
+from gateway.checks.config import NAMED, CheckSettings
+from gateway.checks.kinds import KINDS
 from gateway.checks.registry import CHECK_NAMES
 from gateway.rules.base import Strict
 from gateway.rules.classification import (
@@ -121,8 +122,14 @@ class RulesError(Exception):
 
 
 def _loc(loc: Iterable[int | str]) -> str:
+    """A pydantic error's location as a YAML path; a check users write is
+    ``checks.<name>.<field>`` (without the model's ``named`` and the union's ``<kind>``)."""
     out = ""
     for part in loc:
+        if out == "checks" and part == NAMED:
+            continue
+        if out.startswith("checks.") and out.count(".") == 1 and part in KINDS:
+            continue
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out or "<root>"
 
@@ -141,11 +148,12 @@ def _split_errors(path: str, rt: Route, r: Rules) -> list[str]:
     return errs
 
 
-def _check_errors(path: str, rt: Route) -> list[str]:
+def _check_errors(path: str, rt: Route, r: Rules) -> list[str]:
     errs: list[str] = []
+    names = (*CHECK_NAMES, *r.checks.named)
     for i, c in enumerate(rt.checks):
-        if c not in CHECK_NAMES:
-            errs.append(f"{path}.checks[{i}]: unknown check {c!r} ({', '.join(CHECK_NAMES)})")
+        if c not in names:
+            errs.append(f"{path}.checks[{i}]: unknown check {c!r} ({', '.join(names)})")
     for i, c in enumerate(rt.checks_drop):
         if c not in GUARDS:
             errs.append(f"{path}.checks_drop[{i}]: {c!r} is not a guard ({', '.join(GUARDS)})")
@@ -176,7 +184,7 @@ def cross_check(r: Rules) -> list[str]:
             sla(f"{path}.sla", rt.sla)
         for i, t in enumerate(rt.fallback):
             tier(f"{path}.fallback[{i}]", t)
-        errs.extend(_check_errors(path, rt))
+        errs.extend(_check_errors(path, rt, r))
 
     for alias, t in r.aliases.items():
         if t is not None:
@@ -210,7 +218,14 @@ def cross_check(r: Rules) -> list[str]:
         for j, t in enumerate(w.tier_hint or ()):
             tier(f"{path}.when.tier_hint[{j}]", t)
     route("default", r.default)
+    errs.extend(_user_check_errors(r))
     return errs
+
+
+def _user_check_errors(r: Rules) -> list[str]:
+    """A judge names a tier of the rules; a plugin imports and builds (the user's code
+    runs here, at validation, not first on a request)."""
+    return [e for name, spec in r.checks.named.items() for e in spec.problems(name, r.tiers)]
 
 
 # libyaml's parser when PyYAML was built with it (its wheels are): about 4x faster than the

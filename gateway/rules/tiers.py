@@ -95,6 +95,20 @@ class Tier(Strict):
         "GET /v1/models lists (re-checked by the health probe)",
     )
     endpoints: tuple[str, ...] = Field(min_length=1)
+    context_window: int | None = Field(
+        default=None,
+        ge=1,
+        description="tokens the engine holds, prompt and completion together; a request "
+        "whose estimated prompt plus max_tokens exceeds it is not sent here; unset: what its "
+        "engines' GET /v1/models reports (max_model_len), else unknown (always tried)",
+    )
+    max_output_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="the largest max_tokens (max_completion_tokens) this tier is asked for; a "
+        "request asking more goes to a tier that allows it, and is a 400 naming the field "
+        "where none does; unset: no cap but the context window",
+    )
     timeouts: Timeouts = Timeouts()
     circuit: Circuit = Circuit()
     health: Health = Health()

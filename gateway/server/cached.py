@@ -19,6 +19,7 @@ from gateway.dispatch.outcome import Trail
 from gateway.headers import H_REQUEST_ID, H_TIER
 from gateway.server.exchange import Exchange
 from gateway.server.replies import JSON, Wire, new_id
+from gateway.server.slots import free_slot
 from gateway.server.state import Gateway
 from gateway.tenancy.tenants import Effective
 
@@ -47,6 +48,7 @@ async def serve_hit(
     headers = {H_REQUEST_ID: ex.rid, **ex.headers(), H_TIER: entry.tier}
     if ex.admission is not None and eff.tenant_id is not None:
         headers.update(rate_headers(ex.admission))
+    await free_slot(gw, ex)  # before the answer: the client's next request finds it free
     _account(gw, ex)
     if not look.ask.req.stream:
         body = json_body(entry)

@@ -42,7 +42,16 @@ from gateway.server import drain
 from gateway.server.budgets import priced_route
 from gateway.server.cached import serve_hit
 from gateway.server.exchange import Exchange
-from gateway.server.replies import JSON, Wire, error_response, new_id, request_id
+from gateway.server.replies import (
+    JSON,
+    Wire,
+    authorization,
+    engine_error,
+    error_response,
+    new_id,
+    request_id,
+)
+from gateway.server.slots import FreeAtEnd, free_slot
 from gateway.server.state import GATEWAY, Gateway, Runtime
 from gateway.settings import Settings
 from gateway.telemetry.context import REQUEST_ID
@@ -109,9 +118,10 @@ async def handle(request: web.Request, ep: Endpoint) -> web.StreamResponse:
 async def _serve(t: _Turn) -> web.StreamResponse:
     gw, rt, ex = t.gw, t.rt, t.ex
     try:
-        eff = ex.eff = await gw.access.authenticate(t.request.headers.get("Authorization"))
+        eff = ex.eff = await gw.access.authenticate(authorization(t.request.headers))
         req = t.ep.parse(await read_body(t.request, gw.settings))
         d = ex.d = rt.route(req, t.request.headers, eff)
+        ex.models = rt.pools.served()  # who answered, by the tier that did (headers, log)
         if eff.policy.cost_budget is not None:  # only tiers whose answers can be priced
             d = ex.d = priced_route(d, rt.pools)
         if gw.cache is not None and d.cache is not None:
@@ -132,12 +142,15 @@ async def _serve(t: _Turn) -> web.StreamResponse:
         if ex.cache is not None:
             ex.cache.keep_answer(out, rt.dispatcher.call(req, d, 0.0).checks)
     except GatewayError as e:
+        await free_slot(gw, ex)
         return _failed(gw, ex, e)
-    except ClientRejected as e:  # the engine refused the request itself: relay its answer
+    except ClientRejected as e:  # the engine refused the request: its status and message
         ex.status, ex.error = e.status, reason(e)
+        await free_slot(gw, ex)
         _account(gw, ex)
         headers = {H_REQUEST_ID: ex.rid, **ex.headers()}
-        return web.Response(status=ex.status, body=e.body, content_type=JSON, headers=headers)
+        body = error_body(engine_error(e))
+        return web.Response(status=ex.status, body=body, content_type=JSON, headers=headers)
     except BaseException as e:  # a bug, or the client left: the slot is released all the same
         ex.status, ex.error = (499, "client_closed") if _cancelled(e) else (500, "internal_error")
         _account(gw, ex)
@@ -172,6 +185,7 @@ async def _answer(t: _Turn, req: ClientRequest, out: Outcome) -> web.Response:
     headers[H_REQUEST_ID] = ex.rid
     if ex.admission is not None and ex.eff is not None and ex.eff.tenant_id is not None:
         headers.update(rate_headers(ex.admission))
+    await free_slot(gw, ex)  # before the answer: the client's next request finds it free
     settling = _account(gw, ex)
     if settling is not None and ex.admission is not None and ex.admission.hold is not None:
         # settled before the answer leaves: the client's next request sees its real usage,
@@ -200,7 +214,7 @@ async def _relay(t: _Turn, relay: StreamRelay) -> web.StreamResponse:
     try:
         sink = resp if wire is None else wire.sink(resp)
         sink = sink if ex.cache is None else ex.cache.tee(sink)
-        await _drive(relay, sink, ex, drain.of(t.request.app))
+        await _drive(relay, FreeAtEnd(sink, gw, ex), ex, drain.of(t.request.app))
     finally:
         ex.tier = relay.tier
         ex.usage, ex.cost = relay.charged()

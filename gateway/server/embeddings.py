@@ -30,10 +30,18 @@ from gateway.headers import H_FALLBACK, H_REQUEST_ID, H_TIER
 from gateway.request.model import decode_body, require_str
 from gateway.server.completions import read_body
 from gateway.server.exchange import Exchange
-from gateway.server.replies import JSON, error_response, new_id, request_id
+from gateway.server.replies import (
+    JSON,
+    authorization,
+    engine_error,
+    error_response,
+    new_id,
+    request_id,
+)
+from gateway.server.slots import free_slot
 from gateway.server.state import GATEWAY, Runtime
 from gateway.tenancy.tenants import Effective
-from gateway.upstream.failures import AttemptFailed, ClientRejected, TierUnavailable
+from gateway.upstream.failures import AttemptFailed, ClientRejected, TierUnavailable, kept
 from gateway.upstream.scheduler import ANYONE, Ticket
 
 _DEADLINE_S = 60.0  # embeddings are short; the whole request, every tier tried
@@ -46,7 +54,9 @@ async def embeddings(request: web.Request) -> web.Response:
     ex.trail = Trail()
     with rt.in_use():
         try:
-            return await _serve(request, rt, ex)
+            resp = await _serve(request, rt, ex)
+            await free_slot(gw, ex)  # before the answer: the client's next request finds it free
+            return resp
         finally:
             gw.telemetry.record(ex.record())
             eff, slot = ex.eff, ex.slot
@@ -57,7 +67,7 @@ async def embeddings(request: web.Request) -> web.Response:
 async def _serve(request: web.Request, rt: Runtime, ex: Exchange) -> web.Response:
     gw = request.app[GATEWAY]
     try:
-        eff = ex.eff = await gw.access.authenticate(request.headers.get("Authorization"))
+        eff = ex.eff = await gw.access.authenticate(authorization(request.headers))
         body = decode_body(await read_body(request, gw.settings))
         tiers = _tiers(rt, eff, require_str(body, "model"))
         if body.get("input") is None:
@@ -75,10 +85,9 @@ async def _serve(request: web.Request, rt: Runtime, ex: Exchange) -> web.Respons
     except GatewayError as e:
         ex.status, ex.error = e.status, e.code
         return error_response(e, ex.rid, _explain(ex))
-    except ClientRejected as e:  # the engine refused the request itself: its answer, relayed
+    except ClientRejected as e:  # the engine refused the request: its status and message
         ex.status, ex.error = e.status, reason(e)
-        headers = {H_REQUEST_ID: ex.rid, **_explain(ex)}
-        return web.Response(status=ex.status, body=e.body, content_type=JSON, headers=headers)
+        return error_response(engine_error(e), ex.rid, _explain(ex))
     headers = {H_REQUEST_ID: ex.rid, H_TIER: ex.tier, **_explain(ex)}
     return web.Response(body=answer, content_type=JSON, headers=headers)
 
@@ -137,7 +146,7 @@ async def _send(
                 raise
             pool.record(False)
             trail.failures.append(Failure.of(tier, e))
-            last = e
+            last = kept(e)  # without the traceback that holds this frame and its payload
             continue
         finally:
             held = time.perf_counter() - t0

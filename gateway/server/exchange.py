@@ -4,6 +4,7 @@ the telemetry record and the span say about it."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,7 @@ from gateway.headers import (
     H_ROUTE,
     H_TIER,
 )
+from gateway.routing.classify import quote
 from gateway.routing.router import RouteDecision
 from gateway.telemetry.record import AttemptRecord, RequestRecord
 from gateway.telemetry.recorder import (
@@ -60,6 +62,7 @@ class Exchange:
     slot: str | None = None  # the admission's in-flight member (released at the end)
     cost: float | None = None  # USD, at the answering tier's price (None: it has none)
     cache: Lookup | None = None  # the response cache's part (None: the route keeps none)
+    models: Mapping[str, str] = field(default_factory=dict)  # tier -> the model it is sent
 
     def headers(self) -> dict[str, str]:
         """x-gateway-route, -tier, -fallback, -overhead-ms, -backoff-ms, -checks-failed."""
@@ -72,6 +75,9 @@ class Exchange:
         if t is None:
             return h
         h[H_TIER] = self.tier
+        served = self.models.get(self.tier)
+        if self.d.cls.alias is not None and served:  # a name the rules do not know: who answered
+            h[H_ROUTE] += f"; served by {quote(served[:64])}"
         fb = describe_fallback(t.failures, self.tier)
         if fb:
             h[H_FALLBACK] = fb
@@ -136,6 +142,8 @@ class Exchange:
             arm=(d.arm or "none") if d else "none",
             queue_s=t.queue_s if t else 0.0,
             cache=self.cache.result if self.cache is not None else None,
+            model=d.cls.model if d else "",
+            served_model=self.models.get(self.tier, ""),
         )
 
     def annotate(self, span: trace.Span) -> None:

@@ -1,7 +1,8 @@
 """The data plane's small handlers (models, health, metrics, unknown paths) and its routes.
 
 The completion handlers live in :mod:`gateway.server.completions`, the Responses API in
-:mod:`gateway.server.responses_api`, embeddings in :mod:`gateway.server.embeddings`.
+:mod:`gateway.server.responses_api`, Anthropic's Messages API in
+:mod:`gateway.server.messages_api`, embeddings in :mod:`gateway.server.embeddings`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from gateway.errors import GatewayError, MethodNotAllowed, ModelNotFound, NotFou
 from gateway.server import drain
 from gateway.server.completions import chat_completions, completions
 from gateway.server.embeddings import embeddings
-from gateway.server.replies import JSON, error_response, request_id
+from gateway.server.messages_api import count_tokens, messages
+from gateway.server.replies import JSON, authorization, error_response, request_id
 from gateway.server.responses_api import responses
 from gateway.server.state import GATEWAY
 from gateway.upstream.capabilities import all_capabilities
@@ -27,6 +29,8 @@ _KNOWN = MappingProxyType(
         "/v1/chat/completions": "POST",
         "/v1/completions": "POST",
         "/v1/responses": "POST",
+        "/v1/messages": "POST",
+        "/v1/messages/count_tokens": "POST",
         "/v1/embeddings": "POST",
         "/v1/models": "GET, HEAD",
         "/healthz": "GET, HEAD",
@@ -58,7 +62,7 @@ async def _refused(request: web.Request) -> web.Response | None:
     """With keys required, the error for a request without a valid key (as every ``/v1``
     route answers it); None when the key is good or none is needed."""
     try:
-        await request.app[GATEWAY].access.authenticate(request.headers.get("Authorization"))
+        await request.app[GATEWAY].access.authenticate(authorization(request.headers))
     except GatewayError as e:
         return error_response(e, request_id(request))
     return None
@@ -137,6 +141,8 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/responses", responses)
+    app.router.add_post("/v1/messages", messages)
+    app.router.add_post("/v1/messages/count_tokens", count_tokens)
     app.router.add_post("/v1/embeddings", embeddings)
     app.router.add_get("/v1/models", models)  # and HEAD, as on every GET route
     app.router.add_get("/v1/models/{model:.+}", model)

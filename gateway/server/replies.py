@@ -1,16 +1,21 @@
-"""Small pieces every data-plane handler shares: the request id, the error response, and
-the :class:`Wire` an answer leaves through when the client speaks another API."""
+"""Small pieces every data-plane handler shares: the request id, the API key, the error
+response (an engine's refusal too), and the :class:`Wire` an answer leaves through when the
+client speaks another API."""
 
 from __future__ import annotations
 
 import random
+from types import MappingProxyType
 from typing import Protocol
 
 from aiohttp import web
+from multidict import CIMultiDictProxy
 
 from gateway.dispatch.relay import Sink
 from gateway.errors import GatewayError, error_body
 from gateway.headers import H_REQUEST_ID
+from gateway.upstream.failures import ClientRejected, ContextExceeded
+from gateway.upstream.refusals import refusal
 
 JSON = "application/json"
 RID = web.RequestKey("rid", str)
@@ -53,3 +58,27 @@ class Wire(Protocol):
     def answer(self, body: bytes) -> bytes: ...
 
     def sink(self, resp: web.StreamResponse) -> Sink: ...
+
+
+def authorization(headers: CIMultiDictProxy[str]) -> str | None:
+    """The tenant's key as ``Authorization`` carries it: that header, else Anthropic's
+    ``x-api-key`` (its SDKs and Claude Code send the key there)."""
+    auth = headers.get("Authorization")
+    if auth is None and (key := headers.get("x-api-key")):
+        return f"Bearer {key}"
+    return auth
+
+
+_TYPES = frozenset({"invalid_request_error", "authentication_error", "permission_error"})
+_BY_STATUS = MappingProxyType({401: "authentication_error", 403: "permission_error"})
+
+
+def engine_error(e: ClientRejected) -> GatewayError:
+    """An engine's refusal of the request itself, as the gateway's own error: the engine's
+    status and message kept, in OpenAI's envelope (any client format is made from it)."""
+    said = refusal(e.status, e.body)
+    err = GatewayError(said.message, param=said.param, status=e.status)
+    kind = said.kind if said.kind in _TYPES else None
+    err.type = kind or _BY_STATUS.get(e.status, "invalid_request_error")
+    err.code = said.code or ("context_length_exceeded" if isinstance(e, ContextExceeded) else None)
+    return err

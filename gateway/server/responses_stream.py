@@ -8,16 +8,16 @@ live checks, continuation on another tier. Events: ``response.created``,
 ``response.content_part.added``, ``response.output_text.delta`` ..., ``.done`` events,
 per tool call ``response.function_call_arguments.delta`` ...; then
 ``response.completed`` (``response.incomplete`` at the token limit). A chat error event
-becomes an ``error`` event and ``response.failed``. Comments pass through.
+becomes an ``error`` event and ``response.failed``. Comments pass through
+(:class:`~gateway.server.event_sink.EventSink` reads the chat stream).
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Protocol
+from typing import Any
 
-import orjson
-
+from gateway.server.event_sink import EventSink, Sink
 from gateway.server.responses_format import (
     call_item,
     message_item,
@@ -27,18 +27,10 @@ from gateway.server.responses_format import (
 )
 
 
-class Sink(Protocol):
-    async def write(self, data: bytes) -> None: ...
-
-    async def write_eof(self, data: bytes = b"") -> None: ...
-
-
-class ResponsesSink:
+class ResponsesSink(EventSink):
     def __init__(self, out: Sink, req: dict[str, Any]):
-        self._out = out
+        super().__init__(out)
         self._req = req
-        self._buf = b""
-        self._events: list[bytes] = []
         self._seq = 0
         self._id = new_id("resp")
         self._created = int(time.time())
@@ -51,43 +43,11 @@ class ResponsesSink:
         self._finish: object = None
         self._usage: dict[str, Any] | None = None
         self._error: dict[str, Any] | None = None
-        self._started = self._ended = False
-
-    async def write(self, data: bytes) -> None:
-        self._buf += data
-        *blocks, self._buf = self._buf.split(b"\n\n")
-        for block in blocks:
-            self._block(block)
-        await self._flush()
-
-    async def write_eof(self, data: bytes = b"") -> None:
-        if data:
-            await self.write(data + (b"" if data.endswith(b"\n\n") else b"\n\n"))
-        if not self._ended:
-            self._end()
-        await self._flush()
-        await self._out.write_eof()
-
-    async def _flush(self) -> None:
-        if self._events:
-            out, self._events = b"".join(self._events), []
-            await self._out.write(out)
-
-    def _block(self, block: bytes) -> None:
-        for line in block.split(b"\n"):
-            if line.startswith(b":"):
-                self._events.append(line + b"\n\n")  # the gateway's trailing comments
-            elif line.startswith(b"data:"):
-                payload = line[5:].strip()
-                if payload == b"[DONE]":
-                    self._end()
-                elif payload:
-                    self._data(orjson.loads(payload))
+        self._started = False
 
     def _emit(self, kind: str, **fields: Any) -> None:
         self._seq += 1
-        doc = {"type": kind, "sequence_number": self._seq, **fields}
-        self._events.append(b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(doc) + b"\n\n")
+        self.emit(kind, {"type": kind, "sequence_number": self._seq, **fields})
 
     def _response(self, status: str) -> dict[str, Any]:
         return response_object(
@@ -108,9 +68,7 @@ class ResponsesSink:
             self._emit("response.created", response=self._response("in_progress"))
             self._emit("response.in_progress", response=self._response("in_progress"))
 
-    def _data(self, obj: Any) -> None:
-        if not isinstance(obj, dict) or self._ended:
-            return
+    def chunk(self, obj: dict[str, Any]) -> None:
         if "error" in obj:
             self._start()
             err = obj["error"] if isinstance(obj["error"], dict) else {"message": str(obj["error"])}
@@ -197,11 +155,8 @@ class ResponsesSink:
         self._emit("response.output_item.done", output_index=idx, item=item)
         self._text = None
 
-    def _end(self) -> None:
-        if self._ended:
-            return
+    def end(self) -> None:
         self._start()
-        self._ended = True
         self._close_text()
         for idx, item in self._calls.values():
             item["status"] = "completed"

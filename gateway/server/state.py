@@ -25,7 +25,9 @@ from aiohttp import web
 from gateway.access.guard import Access
 from gateway.cache import ResponseCache, build_cache
 from gateway.checks.registry import build_checks
+from gateway.checks.user import build_user_checks
 from gateway.dispatch.attempts import Dispatcher
+from gateway.dispatch.checkio import CheckIO, WebhookClient
 from gateway.dispatch.shadow import Shadow
 from gateway.request.model import ClientRequest
 from gateway.routing.classify import Classifier, check_model
@@ -36,8 +38,7 @@ from gateway.rules.schema import Rules
 from gateway.settings import Settings
 from gateway.store.base import Store
 from gateway.store.events import Resync, RulesChanged
-from gateway.store.memory_store import MemoryStore
-from gateway.store.redis_store import RedisStore
+from gateway.store.factory import open_store
 from gateway.telemetry.merge import merge, read_snapshots, write_snapshot
 from gateway.telemetry.recorder import Telemetry
 from gateway.tenancy.tenants import Effective
@@ -62,8 +63,10 @@ class Runtime:
     def route(
         self, req: ClientRequest, headers: Mapping[str, str], eff: Effective
     ) -> RouteDecision:
-        """Classify the request and choose its route, with the tiers' health as of now."""
-        return self.router.decide(self.classifier.classify(req, headers), self.pools.health(), eff)
+        """Classify the request and choose its route, with the tiers' health and known
+        context windows as of now."""
+        c = self.classifier.classify(req, headers)
+        return self.router.decide(c, self.pools.health(), eff, self.pools.windows())
 
     def in_use(self) -> _InUse:
         """``with rt.in_use():`` a request uses this snapshot: its pools are closed only
@@ -97,6 +100,7 @@ class Gateway:
     control: RulesControl | None = None
     cache: ResponseCache | None = None  # built with the gateway (gateway.cache)
     model_files: ModelFiles = field(default_factory=ModelFiles)  # the classifier's weights
+    webhooks: WebhookClient = field(default_factory=WebhookClient)  # the webhook checks' client
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
     @classmethod
@@ -108,15 +112,11 @@ class Gateway:
         transport: TransportFactory | None = None,
     ) -> Gateway:
         rules = rules.with_endpoints(settings.pool_urls).with_models(settings.pool_models)
-        if store is None and settings.redis_url:
-            store = RedisStore.from_settings(settings)
-        elif store is None and settings.admin_token is not None:
-            store = MemoryStore()
-        secret = (
-            settings.key_secret.get_secret_value().encode()
-            if settings.key_secret
-            else secrets.token_bytes(32)
-        )  # in-process store: keys die with it anyway
+        if store is None:
+            store, secret = open_store(settings)  # gateway.store.factory: which, and its secret
+        else:
+            given = settings.key_secret
+            secret = given.get_secret_value().encode() if given else secrets.token_bytes(32)
         s = settings
         access = Access(
             store, secret, s.tenancy, s.policy_cache_ttl, s.policy_stale_max, s.policy_cache_max
@@ -125,8 +125,9 @@ class Gateway:
         pools = Pools(dict(rules.tiers), transport)
         say_lacks(pools)
         files = ModelFiles()
-        rt = _runtime(rules, pools, tel, store, files)
-        gw = cls(settings, store, access, tel, rt, transport, model_files=files)
+        webhooks = WebhookClient()
+        rt = _runtime(rules, pools, tel, store, files, webhooks)
+        gw = cls(settings, store, access, tel, rt, transport, model_files=files, webhooks=webhooks)
         for p in pools.by_tier.values():
             p.on_models = lambda: gw.models_changed(pools)
         gw.cache = build_cache(settings, store, tel, gw.spawn)
@@ -144,7 +145,11 @@ class Gateway:
             pools.start()
             grace = max((t.timeouts.total for t in old.rules.tiers.values()), default=60)
             self.spawn(old.pools.retire(grace))
-        self.runtime = _runtime(rules, pools, self.telemetry, self.store, self.model_files)
+        old_dispatcher = old.dispatcher
+        self.runtime = _runtime(
+            rules, pools, self.telemetry, self.store, self.model_files, self.webhooks
+        )
+        self.spawn(old_dispatcher.verdicts.aclose_later())
 
     def prepare_rules(self, rules: Rules, source: str) -> Rules:
         """A new version as this gateway runs it (the settings' pool URLs over its
@@ -174,7 +179,8 @@ class Gateway:
 
     async def start(self, rules_path: Path, rules_text: str) -> None:
         tiers = self.runtime.rules.tiers.values()
-        if any(t.model is None for t in tiers):  # before listening: requests get real names
+        if any(p.asks_models for p in self.runtime.pools.by_tier.values()):
+            # before listening: requests get real model names, and known context windows
             await self.runtime.pools.discover(min(5.0, max(t.health.timeout for t in tiers)))
         self.runtime.pools.start()
         self.telemetry.start()
@@ -186,6 +192,7 @@ class Gateway:
             self.use_rules,
             self.prepare_rules,
             self.settings.rules_watch_interval,
+            file_first=self.settings.redis_url is None,  # one machine: its file is the operator's
         )
         await self.control.start()
         if self.store is not None:
@@ -229,6 +236,8 @@ class Gateway:
         for t in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
+        await self.runtime.dispatcher.verdicts.aclose()
+        await self.webhooks.close()
         await self.access.close()  # stops renewing slots; writes what usage it still can
         await self.runtime.pools.close()
         if self.cache is not None:
@@ -239,9 +248,16 @@ class Gateway:
 
 
 def _runtime(
-    rules: Rules, pools: Pools, tel: Telemetry, store: Store | None, files: ModelFiles
+    rules: Rules,
+    pools: Pools,
+    tel: Telemetry,
+    store: Store | None,
+    files: ModelFiles,
+    webhooks: WebhookClient,
 ) -> Runtime:
-    dispatcher = Dispatcher(pools, build_checks(rules.checks), rules.dispatch, tel)
+    io = CheckIO(pools, webhooks, tel)
+    checks = {**build_checks(rules.checks), **build_user_checks(rules.checks.named, io)}
+    dispatcher = Dispatcher(pools, checks, rules.dispatch, tel)
     served = pools.served()
     return Runtime(
         rules=rules,
@@ -271,8 +287,9 @@ def _inherit_models(new: Pools, old: Pools) -> None:
 
 
 def _models_body(rules: Rules, served: dict[str, str]) -> bytes:
-    """``/v1/models``: the aliases, then the model each tier serves."""
-    ids: list[str] = list(rules.aliases)
+    """``/v1/models``: the aliases, then the model each tier serves (an alias pattern such as
+    ``"*"`` is not a model: it is not listed)."""
+    ids = [a for a in rules.aliases if not any(ch in a for ch in "*?[")]
     ids += [m for m in served.values() if m not in ids]
     data = [{"id": i, "object": "model", "created": 0, "owned_by": "gateway"} for i in ids]
     return orjson.dumps({"object": "list", "data": data})

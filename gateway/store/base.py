@@ -2,10 +2,10 @@
 
 One small protocol per concern — :class:`TenantStore`, :class:`KeyStore`,
 :class:`AdmissionStore`, :class:`UsageStore`, :class:`AuditStore`, :class:`ShadowStore`,
-:class:`EventBus`, and the rules' own :class:`gateway.rules.control.RulesVersions` —
-joined as :class:`Store`. Each concern is one module holding both of its implementations
-(``tenants``, ``keys``, ``admission``, ``usage``, ``records``, ``versions``, ``events``),
-joined twice:
+:class:`RevealStore`, :class:`EventBus`, and the rules' own
+:class:`gateway.rules.control.RulesVersions` — joined as :class:`Store`. Each concern is
+one module holding its implementations (``tenants``, ``keys``, ``admission``, ``usage``,
+``records``, ``reveals``, ``versions``, ``events``), joined three times:
 
 * :class:`gateway.store.redis_store.RedisStore` — shared by every gateway replica: one
   Redis, a Sentinel-watched master or a Cluster, through one connection helper
@@ -14,8 +14,11 @@ joined twice:
   Admission and settling are one Lua call each (:mod:`gateway.tenancy.limits`), on keys
   of one hash slot. Every write announces itself on a pub/sub channel (a typed event,
   :mod:`gateway.store.events`), so other replicas drop their cached copies at once.
-* :class:`gateway.store.memory_store.MemoryStore` — the same in one process: the embedded
-  default (one replica).
+* :class:`gateway.store.sqlite_store.SqliteStore` — the embedded default: one SQLite file
+  (:mod:`gateway.store.sqlite_db`) shared by the worker processes of one machine, kept
+  across restarts; limits and usage counted in process, usage written back every second.
+* :class:`gateway.store.memory_store.MemoryStore` — the same in one process, forgotten when
+  it stops (``GATEWAY_STORE_PATH=:memory:``, tests).
 
 Errors talking to Redis surface as :class:`StoreUnavailable`; callers decide whether
 to serve from their cache (fail-open) or refuse (fail-closed). Whether the store is
@@ -74,8 +77,19 @@ class AdmissionStore(Protocol):
         self, tenant_id: str, rid: str, p: Policy, want: Reserve = NO_RESERVE
     ) -> Admission: ...
     async def release(self, tenant_id: str, rid: str) -> None: ...
-    async def renew(self, tenant_id: str, rids: Collection[str]) -> None:
-        """Extend the leases of slots this replica still holds (see ``SLOT_LEASE_MS``)."""
+    async def sync_slots(
+        self,
+        tenant_id: str,
+        owner: str,
+        held: Collection[str],
+        admitting: Collection[str],
+        readd: bool,
+    ) -> int:
+        """Make the slots of ``tenant_id`` named by ``owner`` (a prefix: one gateway
+        process's) what that process holds: the ``held`` ones renewed for another lease
+        (``readd``: also added back where the store lost them), its others removed unless
+        their admission is in flight (``admitting``). How many were removed
+        (:mod:`gateway.access.leases`)."""
 
     async def heartbeat(self, member: str, ttl_ms: int) -> int:
         """Say that gateway process ``member`` shares the store for ``ttl_ms`` more; how many
@@ -105,6 +119,14 @@ class ShadowStore(Protocol):
     async def shadow_records(self, limit: int = 1000) -> list[dict[str, Any]]: ...
 
 
+class RevealStore(Protocol):
+    """A value kept for one reading (a new key the console shows once), then gone; gone
+    after ``ttl_s`` unread too (:mod:`gateway.store.reveals`)."""
+
+    async def put_reveal(self, token: str, doc: bytes, ttl_s: float) -> None: ...
+    async def take_reveal(self, token: str) -> bytes | None: ...
+
+
 class EventBus(Protocol):
     """Every replica's view of the store's writes. The writes announce themselves; a
     consumer iterates :meth:`events` and ``match``es on the event types."""
@@ -121,6 +143,7 @@ class Store(
     UsageStore,
     AuditStore,
     ShadowStore,
+    RevealStore,
     RulesVersions,
     EventBus,
     Protocol,

@@ -1,5 +1,6 @@
 """Events (:class:`~gateway.store.base.EventBus`): every store write announced to every
-replica, as typed values, through Redis pub/sub or in this process.
+replica, as typed values, through Redis pub/sub, the embedded store's file, or in this
+process.
 
 The events, one frozen value per kind; a consumer ``match``es on them::
 
@@ -22,12 +23,20 @@ One encoding, :func:`encode` / :func:`decode`: a JSON object tagged by ``"type"`
 (``{"type": "tenant", "id": "ten_1"}``), the wire format replicas have always spoken, so
 old and new replicas understand each other during a rolling upgrade. Nothing else reads
 the tag.
+
+The embedded store (SQLite) has no pub/sub: a write inserts its event into the file's
+``changes`` table in the same transaction (:func:`announce`), and every process reads the
+rows past the last one it saw every :data:`POLL_S` (one indexed read that usually finds
+nothing), and at once after a write of its own. Another worker process hears a change
+within about :data:`POLL_S`; rows older than :data:`CHANGES_KEEP_S` are pruned.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import sqlite3
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
@@ -35,9 +44,13 @@ from typing import Any, ClassVar, get_type_hints
 
 import orjson
 
+from gateway.errors import StoreUnavailable
 from gateway.store.redis_conn import RedisPart
+from gateway.store.sqlite_db import SqlitePart
 
 _RECONNECT_S = 0.5
+POLL_S = 0.2  # embedded store: how often a process reads the changes of the others
+CHANGES_KEEP_S = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +183,88 @@ class MemoryEvents:
         q: asyncio.Queue[Event] = asyncio.Queue()
         self._listeners.append(q)
         try:
+            yield Resync()  # subscribed, as every store says
             while True:
                 yield await q.get()
         finally:
             self._listeners.remove(q)
+
+
+def announce(c: sqlite3.Connection, event: Event) -> None:
+    """Record ``event`` in the embedded store's file, inside the caller's write."""
+    c.execute("INSERT INTO changes (at, event) VALUES (?, ?)", (time.time(), encode(event)))
+
+
+def _changes_after(seq: int) -> Callable[[sqlite3.Connection], list[tuple[int, bytes]]]:
+    def read(c: sqlite3.Connection) -> list[tuple[int, bytes]]:
+        rows = c.execute("SELECT seq, event FROM changes WHERE seq > ? ORDER BY seq", (seq,))
+        return [(int(s), bytes(e)) for s, e in rows]
+
+    return read
+
+
+class SqliteEvents(SqlitePart):
+    """The embedded store's events: its ``changes`` table, read by every process."""
+
+    def __init__(self, *a: Any) -> None:
+        super().__init__(*a)
+        self._listeners: list[asyncio.Queue[Event]] = []
+        self._seen = self._db.transaction(
+            lambda c: int(c.execute("SELECT coalesce(max(seq), 0) FROM changes").fetchone()[0])
+        )
+        self._poke = asyncio.Event()
+        self._poller: asyncio.Task[None] | None = None
+
+    async def publish(self, event: Event) -> None:
+        await self._db.write(lambda c: announce(c, event))
+        self._poke.set()
+
+    async def _write_said(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        """A write that announces itself (``fn`` calls :func:`announce`); this process's
+        listeners hear it at once, the others within :data:`POLL_S`."""
+        out = await self._db.write(fn)
+        self._poke.set()
+        return out
+
+    async def events(self) -> AsyncIterator[Event]:
+        q: asyncio.Queue[Event] = asyncio.Queue()
+        self._listeners.append(q)
+        if self._poller is None or self._poller.done():
+            self._poller = asyncio.get_running_loop().create_task(self._poll())
+        try:
+            yield Resync()
+            while True:
+                yield await q.get()
+        finally:
+            self._listeners.remove(q)
+
+    def _tell(self, ev: Event) -> None:
+        for q in self._listeners:
+            q.put_nowait(ev)
+
+    async def _poll(self) -> None:
+        lost = False
+        while self._listeners:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(POLL_S):
+                    await self._poke.wait()
+            self._poke.clear()
+            try:
+                rows = await self._db.read(_changes_after(self._seen))
+            except StoreUnavailable:
+                if not lost:
+                    lost = True
+                    self._tell(StoreDown())
+                continue
+            if lost or (rows and rows[0][0] != self._seen + 1):  # some may have been missed
+                lost = False
+                self._tell(Resync())
+            for seq, raw in rows:
+                self._seen = seq
+                self._tell(decode(raw))
+
+    async def _stop_polling(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poller

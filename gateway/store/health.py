@@ -51,6 +51,7 @@ class StoreHealth:
         self.refused = 0  # calls failed at once because the breaker was open
         self.outages = 0
         self._listeners: list[Callable[[bool], None]] = []
+        self._on_failure: list[Callable[[], None]] = []
 
     @property
     def degraded(self) -> bool:
@@ -65,6 +66,11 @@ class StoreHealth:
         """Call ``listener(degraded)`` on every transition."""
         self._listeners.append(listener)
 
+    def on_failure(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` on every failed call, the breaker open or not (what the store
+        holds may then differ from what this process thinks it wrote)."""
+        self._on_failure.append(listener)
+
     def check(self) -> None:
         """Before a call: refuse it at once while the breaker is open."""
         if self.reason is not None:
@@ -78,6 +84,11 @@ class StoreHealth:
         """Count a failed call; True when this one opened the breaker. ``detail`` (the
         error itself) goes only to the log line that says the store went bad."""
         self.errors[reason] = self.errors.get(reason, 0) + 1
+        for fn in list(self._on_failure):
+            try:
+                fn()
+            except Exception:  # a listener's bug must not break the store's calls
+                log.exception("store failure listener failed")
         now = self._clock()
         if self._in_a_row == 0:
             self._first = now

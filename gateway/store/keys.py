@@ -1,10 +1,14 @@
-"""API keys (:class:`~gateway.store.base.KeyStore`): in Redis and in this process.
+"""API keys (:class:`~gateway.store.base.KeyStore`): in Redis, in the embedded store's
+file (SQLite) and in this process.
 
 Redis: a key is one JSON value under ``key:<digest>`` (the lookup of every request),
 with ``keyid:<id>`` -> digest and the tenant's set ``{tenant}:keys`` as indexes. Those are
 in different hash slots, so a write is two ordered steps that are safe to interrupt: a
 new key gets its indexes first and becomes usable last; a deleted key stops working
 first and loses its indexes after (an index without its key is skipped when read).
+
+SQLite: a row per key, unique by digest and indexed by tenant; a lookup reads the key and
+its tenant in one query.
 
 Every write announces itself (:class:`~gateway.store.events.KeyChanged`): a revoked key
 stops working on every replica at once, and a new one is not refused by a replica that
@@ -13,9 +17,10 @@ remembered its digest as unknown.
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Protocol
 
-from gateway.store.events import KeyChanged, MemoryEvents, RedisEvents
+from gateway.store.events import KeyChanged, MemoryEvents, RedisEvents, SqliteEvents, announce
 from gateway.tenancy.tenants import ApiKey, Tenant
 
 
@@ -102,3 +107,54 @@ class MemoryKeys(MemoryEvents):
             self._by_digest.pop(k.digest, None)
             await self.publish(KeyChanged(k.digest))
         return k
+
+
+class SqliteKeys(SqliteEvents):
+    async def add_key(self, k: ApiKey) -> None:
+        def write(c: sqlite3.Connection) -> None:
+            c.execute(
+                "INSERT OR REPLACE INTO keys VALUES (?, ?, ?, ?)",
+                (k.id, k.digest, k.tenant_id, k.model_dump_json()),
+            )
+            announce(c, KeyChanged(k.digest))
+
+        await self._write_said(write)
+
+    async def get_key(self, key_id: str) -> ApiKey | None:
+        row = await self._db.read(
+            lambda c: c.execute("SELECT doc FROM keys WHERE id = ?", (key_id,)).fetchone()
+        )
+        return ApiKey.model_validate_json(row[0]) if row else None
+
+    async def key_by_digest(self, digest: str) -> tuple[ApiKey, Tenant] | None:
+        row = await self._db.read(
+            lambda c: c.execute(
+                "SELECT k.doc, t.doc FROM keys k JOIN tenants t ON t.id = k.tenant_id"
+                " WHERE k.digest = ?",
+                (digest,),
+            ).fetchone()
+        )
+        if row is None:
+            return None
+        return ApiKey.model_validate_json(row[0]), Tenant.model_validate_json(row[1])
+
+    async def list_keys(self, tenant_id: str) -> list[ApiKey]:
+        rows = await self._db.read(
+            lambda c: c.execute(
+                "SELECT doc FROM keys WHERE tenant_id = ? ORDER BY rowid", (tenant_id,)
+            ).fetchall()
+        )
+        return [ApiKey.model_validate_json(r[0]) for r in rows]
+
+    async def delete_key(self, key_id: str) -> ApiKey | None:
+        def write(c: sqlite3.Connection) -> ApiKey | None:
+            row = c.execute("SELECT doc FROM keys WHERE id = ?", (key_id,)).fetchone()
+            if row is None:
+                return None
+            k = ApiKey.model_validate_json(row[0])
+            c.execute("DELETE FROM keys WHERE id = ?", (key_id,))
+            announce(c, KeyChanged(k.digest))
+            return k
+
+        out: ApiKey | None = await self._write_said(write)
+        return out

@@ -1,5 +1,5 @@
-"""The in-process :class:`gateway.store.base.Store`: the embedded default (one replica),
-each concern's in-process part joined."""
+"""The in-process :class:`gateway.store.base.Store` (``GATEWAY_STORE_PATH=:memory:``: one
+process, forgotten when it stops; tests), each concern's in-process part joined."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from gateway.store.events import MemoryEvents
 from gateway.store.health import StoreHealth
 from gateway.store.keys import MemoryKeys
 from gateway.store.records import MemoryAudit, MemoryShadow
+from gateway.store.reveals import MemoryReveals
 from gateway.store.tenants import MemoryTenants
 from gateway.store.usage import MemoryUsage
 from gateway.store.versions import MemoryRules
@@ -20,6 +21,7 @@ class MemoryStore(
     MemoryUsage,
     MemoryAudit,
     MemoryShadow,
+    MemoryReveals,
     MemoryRules,
     MemoryEvents,
 ):

@@ -1,16 +1,19 @@
 """The audit log and the shadow comparisons (:class:`~gateway.store.base.AuditStore`,
 :class:`~gateway.store.base.ShadowStore`): two capped lists, newest first, in Redis
-(LPUSH + LTRIM) and in this process.
+(LPUSH + LTRIM), in the embedded store's file (a table each, trimmed on insert) and in
+this process.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Any
 
 import orjson
 
 from gateway.store.base import AUDIT_MAX, SHADOW_MAX
 from gateway.store.redis_conn import RedisPart
+from gateway.store.sqlite_db import SqlitePart
 
 
 class _RedisList(RedisPart):
@@ -66,3 +69,38 @@ class MemoryShadow:
 
     async def shadow_records(self, limit: int = 1000) -> list[dict[str, Any]]:
         return list(reversed(self._shadow[-limit:]))
+
+
+class _SqliteList(SqlitePart):
+    """A capped list as a table (``id``, one JSON column); the names are this module's own."""
+
+    async def _push(self, table: str, column: str, cap: int, rec: dict[str, Any]) -> None:
+        def write(c: sqlite3.Connection) -> None:
+            cur = c.execute(f"INSERT INTO {table} ({column}) VALUES (?)", (orjson.dumps(rec),))
+            c.execute(f"DELETE FROM {table} WHERE id <= ?", ((cur.lastrowid or 0) - cap,))
+
+        await self._db.write(write)
+
+    async def _newest(self, table: str, column: str, limit: int) -> list[dict[str, Any]]:
+        rows = await self._db.read(
+            lambda c: c.execute(
+                f"SELECT {column} FROM {table} ORDER BY id DESC LIMIT ?", (limit,)
+            ).fetchall()
+        )
+        return [orjson.loads(r[0]) for r in rows]
+
+
+class SqliteAudit(_SqliteList):
+    async def audit(self, entry: dict[str, Any]) -> None:
+        await self._push("audit", "entry", AUDIT_MAX, entry)
+
+    async def audit_log(self, limit: int = 100) -> list[dict[str, Any]]:
+        return await self._newest("audit", "entry", limit)
+
+
+class SqliteShadow(_SqliteList):
+    async def push_shadow(self, rec: dict[str, Any]) -> None:
+        await self._push("shadow", "rec", SHADOW_MAX, rec)
+
+    async def shadow_records(self, limit: int = 1000) -> list[dict[str, Any]]:
+        return await self._newest("shadow", "rec", limit)

@@ -16,6 +16,7 @@ from gateway.store.health import StoreHealth
 from gateway.store.keys import RedisKeys
 from gateway.store.records import RedisAudit, RedisShadow
 from gateway.store.redis_conn import RedisConn
+from gateway.store.reveals import RedisReveals
 from gateway.store.tenants import RedisTenants
 from gateway.store.usage import RedisUsage
 from gateway.store.versions import RedisRules
@@ -28,6 +29,7 @@ class RedisStore(
     RedisUsage,
     RedisAudit,
     RedisShadow,
+    RedisReveals,
     RedisRules,
     RedisEvents,
 ):

@@ -1,10 +1,14 @@
-"""Tenants (:class:`~gateway.store.base.TenantStore`): in Redis and in this process.
+"""Tenants (:class:`~gateway.store.base.TenantStore`): in Redis, in the embedded store's
+file (SQLite) and in this process.
 
 Redis: a tenant is one JSON value under its hash-tagged key, and the set ``tenants``
 lists their ids. An update is compare-and-set (:data:`CAS_LUA`: written only if the value
 is still the one the change was computed from, else re-read and retried), so concurrent
 admin writes on any replicas never lose an update, on a Cluster too (no WATCH needed).
 Deleting a tenant deletes its keys first (the one write that spans two concerns).
+
+SQLite: a row per tenant (its JSON); an update reads, changes and writes it in one write
+transaction, and the file has one writer at a time, so no update is lost either.
 
 Every write announces itself (:class:`~gateway.store.events.TenantChanged`; a deleted
 tenant's keys each a :class:`~gateway.store.events.KeyChanged`, by the key part).
@@ -13,12 +17,19 @@ tenant's keys each a :class:`~gateway.store.events.KeyChanged`, by the key part)
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 from collections.abc import Callable
 from typing import Protocol
 
 from gateway.store.base import Conflict
-from gateway.store.events import MemoryEvents, RedisEvents, TenantChanged
+from gateway.store.events import (
+    MemoryEvents,
+    RedisEvents,
+    SqliteEvents,
+    TenantChanged,
+    announce,
+)
 from gateway.store.redis_conn import RedisConn
 from gateway.tenancy.tenants import ApiKey, Tenant
 
@@ -142,3 +153,52 @@ class MemoryTenants(MemoryEvents):
     async def _drop_tenant(self, tenant_id: str) -> None:
         self._tenants.pop(tenant_id, None)
         await self.publish(TenantChanged(tenant_id))
+
+
+class SqliteTenants(SqliteEvents):
+    async def create_tenant(self, t: Tenant) -> None:
+        def write(c: sqlite3.Connection) -> None:
+            c.execute(
+                "INSERT OR REPLACE INTO tenants VALUES (?, ?, ?)",
+                (t.id, t.created_at, t.model_dump_json()),
+            )
+            announce(c, TenantChanged(t.id))
+
+        await self._write_said(write)
+
+    async def get_tenant(self, tenant_id: str) -> Tenant | None:
+        row = await self._db.read(
+            lambda c: c.execute("SELECT doc FROM tenants WHERE id = ?", (tenant_id,)).fetchone()
+        )
+        return Tenant.model_validate_json(row[0]) if row else None
+
+    async def list_tenants(self) -> list[Tenant]:
+        rows = await self._db.read(
+            lambda c: c.execute("SELECT doc FROM tenants ORDER BY created_at, rowid").fetchall()
+        )
+        return [Tenant.model_validate_json(r[0]) for r in rows]
+
+    async def update_tenant(
+        self, tenant_id: str, change: Callable[[Tenant], Tenant]
+    ) -> Tenant | None:
+        def write(c: sqlite3.Connection) -> Tenant | None:
+            row = c.execute("SELECT doc FROM tenants WHERE id = ?", (tenant_id,)).fetchone()
+            if row is None:
+                return None
+            new = _bumped(Tenant.model_validate_json(row[0]), change)
+            c.execute("UPDATE tenants SET doc = ? WHERE id = ?", (new.model_dump_json(), tenant_id))
+            announce(c, TenantChanged(tenant_id))
+            return new
+
+        out: Tenant | None = await self._write_said(write)
+        return out
+
+    async def delete_tenant(self: _WithKeys, tenant_id: str) -> list[ApiKey] | None:
+        return await _delete_with_keys(self, tenant_id)
+
+    async def _drop_tenant(self, tenant_id: str) -> None:
+        def write(c: sqlite3.Connection) -> None:
+            c.execute("DELETE FROM tenants WHERE id = ?", (tenant_id,))
+            announce(c, TenantChanged(tenant_id))
+
+        await self._write_said(write)

@@ -11,15 +11,24 @@ replay of usage that could not be written while Redis was away, counts once; the
 kept in one bounded sorted set per tenant (``{tenant}:settled``: the last hour, at most
 :data:`~gateway.tenancy.limits.SETTLED_MAX`). ``Used.at`` says when the usage happened,
 so a late replay counts in its own day and budget period.
+
+The embedded store (SQLite) counts in process and writes the counters every
+:data:`~gateway.store.admission.FLUSH_S` in one transaction
+(:class:`~gateway.store.admission.SqliteLimits`); a day's usage read back adds what this
+process has not written yet, and a clean shutdown writes the rest. It and the in-process
+store settle a request id once too (:class:`Settled`: a retry comes from the process that
+settled it).
 """
 
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 
-from gateway.store.admission import MemoryLimits
+from gateway.store.admission import MemoryLimits, SqliteLimits, add_to, rates
 from gateway.store.base import Usage, Used, today, usage_fields
 from gateway.store.redis_conn import RedisConn, RedisPart
+from gateway.store.sqlite_db import SqliteDb
 from gateway.tenancy.limits import (
     DEBIT_LUA,
     SETTLED_MAX,
@@ -82,10 +91,35 @@ class RedisUsage(RedisPart):
         return Usage.decode({k.decode(): int(v) for k, v in raw.items()})
 
 
+class Settled:
+    """The in-process stores' settle bookkeeping (Redis: ``{tenant}:settled``): the request
+    ids settled in the last hour, at most :data:`~gateway.tenancy.limits.SETTLED_MAX`, so
+    a settle retried (a backlog replayed) counts once."""
+
+    def __init__(self) -> None:
+        self._ids: OrderedDict[tuple[str, str], float] = OrderedDict()
+
+    def first(self, tenant_id: str, settle_id: str | None) -> bool:
+        """True the first time ``settle_id`` of ``tenant_id`` is settled (no id: always)."""
+        if not settle_id:
+            return True
+        now = time.time()
+        while self._ids and (
+            len(self._ids) >= SETTLED_MAX
+            or next(iter(self._ids.values())) < now - SETTLED_WINDOW_MS / 1000
+        ):
+            self._ids.popitem(last=False)
+        if (tenant_id, settle_id) in self._ids:
+            return False
+        self._ids[(tenant_id, settle_id)] = now
+        return True
+
+
 class MemoryUsage(MemoryLimits):
     def __init__(self) -> None:
         super().__init__()
         self._usage: dict[tuple[str, str], dict[str, int]] = {}
+        self._settled = Settled()
 
     async def record_usage(
         self,
@@ -94,6 +128,8 @@ class MemoryUsage(MemoryLimits):
         p: Policy,
         hold: Hold | None = None,
     ) -> None:
+        if not self._settled.first(tenant_id, used.settle_id):
+            return
         u = self._usage.setdefault((tenant_id, today(used.at or None)), {})
         for k, n in usage_fields(used):
             u[k] = u.get(k, 0) + n
@@ -101,3 +137,46 @@ class MemoryUsage(MemoryLimits):
 
     async def usage(self, tenant_id: str, day: str | None = None) -> Usage:
         return Usage.decode(self._usage.get((tenant_id, day or today()), {}))
+
+
+class SqliteUsage(SqliteLimits):
+    def __init__(self, *a: SqliteDb) -> None:
+        super().__init__(*a)
+        self._settled = Settled()
+
+    async def record_usage(
+        self,
+        tenant_id: str,
+        used: Used,
+        p: Policy,
+        hold: Hold | None = None,
+    ) -> None:
+        if not self._settled.first(tenant_id, used.settle_id):
+            return
+        self._started()
+        at = used.at or time.time()
+        day = today(at)
+        for k, n in usage_fields(used):
+            self._usage[(tenant_id, day, k)] = self._usage.get((tenant_id, day, k), 0) + n
+        tp = budget_period(p.token_budget.period if p.token_budget else "day", at)
+        cp = budget_period(p.cost_budget.period if p.cost_budget else "day", at)
+        add_to(self._unwritten, (tenant_id, "tokens", tp), used.tokens)
+        add_to(self._unwritten, (tenant_id, "cost", cp), used.micro_usd)
+        if hold is not None:
+            self._hold(tenant_id, hold, -1)
+        if p.tokens_per_minute:
+            self._limiter.debit(tenant_id, used.tokens, rates(p, self._processes))
+
+    async def usage(self, tenant_id: str, day: str | None = None) -> Usage:
+        day = day or today()
+        rows = await self._db.read(
+            lambda c: c.execute(
+                "SELECT field, n FROM usage WHERE tenant_id = ? AND day = ?", (tenant_id, day)
+            ).fetchall()
+        )
+        counters = {str(f): int(n) for f, n in rows}
+        for waiting in (self._usage_writing, self._usage):
+            for (t, d, k), n in waiting.items():
+                if t == tenant_id and d == day:
+                    counters[k] = counters.get(k, 0) + n
+        return Usage.decode(counters)

@@ -1,5 +1,6 @@
 """Rule versions (:class:`~gateway.rules.control.RulesVersions`): every accepted rules
-text, numbered, and which one is current, in Redis and in this process.
+text, numbered, and which one is current, in Redis, in the embedded store's file (SQLite)
+and in this process.
 
 Redis: ``rules:seq`` numbers them, ``rules:v:<n>`` holds each text, ``rules:meta`` lists
 who stored which (the last :data:`~gateway.store.base.RULES_MAX`), ``rules:current`` says
@@ -9,19 +10,23 @@ The first version of an empty store (a fleet starting, a Redis that came back em
 claimed with ``SET NX`` on ``rules:current``: when every replica records its rules at once,
 one version wins, the others adopt it, and the history lists only it.
 
+SQLite: a row per version (numbered by the table), ``meta.rules_current`` names the
+current one; a first claim is one write transaction, so one claim wins there too.
+
 A version that becomes current announces itself (:class:`~gateway.store.events.RulesChanged`):
 when it is set, and when a first version is claimed; a version only stored does not.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Any
 
 import orjson
 
 from gateway.errors import StoreUnavailable
 from gateway.store.base import RULES_MAX
-from gateway.store.events import MemoryEvents, RedisEvents, RulesChanged
+from gateway.store.events import MemoryEvents, RedisEvents, RulesChanged, SqliteEvents, announce
 from gateway.store.redis_conn import RedisConn
 
 # rules:current := ARGV[2] if it still holds ARGV[1] (a version whose text was lost)
@@ -133,3 +138,65 @@ class MemoryRules(MemoryEvents):
         if 1 <= version <= len(self._rules):
             return self._rules[version - 1][0]
         return None
+
+
+def _current(c: sqlite3.Connection) -> tuple[int, str] | None:
+    row = c.execute(
+        "SELECT r.version, r.text FROM meta m JOIN rules r ON r.version = CAST(m.value AS INTEGER)"
+        " WHERE m.name = 'rules_current'"
+    ).fetchone()
+    return (int(row[0]), str(row[1])) if row else None
+
+
+def _save(c: sqlite3.Connection, text: str, meta: dict[str, Any]) -> int:
+    cur = c.execute("INSERT INTO rules (text, meta) VALUES (?, ?)", (text, orjson.dumps(meta)))
+    assert cur.lastrowid is not None
+    return int(cur.lastrowid)
+
+
+def _make_current(c: sqlite3.Connection, version: int) -> None:
+    c.execute("INSERT OR REPLACE INTO meta VALUES ('rules_current', ?)", (str(version),))
+    announce(c, RulesChanged(version))
+
+
+class SqliteRules(SqliteEvents):
+    async def save_rules(self, text: str, meta: dict[str, Any]) -> int:
+        version: int = await self._db.write(lambda c: _save(c, text, meta))
+        return version
+
+    async def set_current_rules(self, version: int) -> None:
+        await self._write_said(lambda c: _make_current(c, version))
+
+    async def claim_first_rules(self, text: str, meta: dict[str, Any]) -> tuple[int, str, bool]:
+        def claim(c: sqlite3.Connection) -> tuple[int, str, bool]:
+            cur = _current(c)
+            if cur is not None:
+                return (*cur, False)
+            version = _save(c, text, meta)
+            _make_current(c, version)
+            return version, text, True
+
+        out: tuple[int, str, bool] = await self._write_said(claim)
+        return out
+
+    async def current_rules(self) -> tuple[int, str] | None:
+        return await self._db.read(_current)
+
+    async def rules_versions(self) -> list[dict[str, Any]]:
+        def read(c: sqlite3.Connection) -> list[dict[str, Any]]:
+            cur = _current(c)
+            rows = c.execute(
+                "SELECT version, meta FROM rules ORDER BY version DESC LIMIT ?", (RULES_MAX,)
+            ).fetchall()
+            return [
+                {"version": v, **orjson.loads(m), "current": cur is not None and v == cur[0]}
+                for v, m in reversed(rows)
+            ]
+
+        return await self._db.read(read)
+
+    async def rules_text(self, version: int) -> str | None:
+        row = await self._db.read(
+            lambda c: c.execute("SELECT text FROM rules WHERE version = ?", (version,)).fetchone()
+        )
+        return str(row[0]) if row else None

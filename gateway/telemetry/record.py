@@ -44,6 +44,8 @@ class RequestRecord:
     arm: str = "none"
     queue_s: float = 0.0  # waited in the gateway's queue for a free engine slot
     cache: str | None = None  # "hit/exact", "miss", "bypass/no-cache"; None: no cache rule
+    model: str = ""  # the model name the client sent
+    served_model: str = ""  # the model the answering tier's engines were sent (its own name)
 
 
 def access_fields(r: RequestRecord) -> dict[str, Any]:
@@ -62,6 +64,10 @@ def access_fields(r: RequestRecord) -> dict[str, Any]:
         "prompt_tokens": r.prompt_tokens,
         "completion_tokens": r.completion_tokens,
     }
+    if r.model:
+        out["model"] = r.model[:128]
+    if r.served_model:
+        out["served_model"] = r.served_model
     if r.tenant:
         out["tenant"] = r.tenant
     if r.arm != "none":

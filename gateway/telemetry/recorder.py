@@ -36,7 +36,7 @@ from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, V
 from opentelemetry.sdk.resources import Resource
 from prometheus_client import CollectorRegistry, generate_latest
 
-from gateway.checks.base import Check, CheckResult, Output, RequestFacts, run_checks
+from gateway.checks.base import Check, CheckResult, Output, RequestFacts
 from gateway.telemetry.cache_meters import CacheMeters
 from gateway.telemetry.context import REQUEST_ID
 from gateway.telemetry.histograms import Histogram, HistogramCollector
@@ -58,11 +58,13 @@ M_SHADOW_SIM = "gateway_shadow_similarity"
 M_SHADOW_FAIL = "gateway_shadow_failures"
 M_COST = "gateway_cost_usd"  # Prometheus: gateway_cost_usd_total
 M_QUEUE = "gateway_queue_wait_seconds"
+M_CHECK = "gateway_check_seconds"  # every whole-answer verdict {check, result}: runs, time
 
 A_TIER, A_TASK, A_SLA, A_TENANT = "tier", "task", "sla", "tenant"
 A_ARM = "arm"  # the canary arm of a split rule ("none" outside a split)
 A_STATUS, A_STREAM, A_REASON, A_CHECK = "status", "stream", "reason", "check"
 A_DIRECTION, A_OUTCOME, A_KIND = "direction", "outcome", "kind"
+A_RESULT = "result"  # a check's verdict: pass, fail
 
 S_OPERATION = "gen_ai.operation.name"
 S_REQ_MODEL = "gen_ai.request.model"
@@ -112,6 +114,7 @@ TPOT_BUCKETS = (
     0.5,
     1.0,
 )
+CHECK_BUCKETS = (1e-5, 5e-5, 1e-4, 5e-4, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.002, 0.005, 0.01, 0.025, 0.1)
 SIMILARITY_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)  # F1
 MAX_TENANT_LABELS = 100  # beyond this, tenants are counted as "other" (bounded cardinality)
@@ -168,7 +171,9 @@ class Telemetry:
         )
         self.overhead = Histogram(M_OVERHEAD, "gateway's own", OVERHEAD_BUCKETS, (A_STREAM,))
         self.queue = Histogram(M_QUEUE, "waiting for a free slot", LATENCY_BUCKETS, _BASE)
+        self.checks = Histogram(M_CHECK, "a check's verdict", CHECK_BUCKETS, (A_CHECK, A_RESULT))
         hists = [self.latency, self.ttft, self.tpot, self.attempt, self.overhead, self.queue]
+        hists.append(self.checks)
         self.registry.register(HistogramCollector(hists))
         if otlp_endpoint:  # the same records, pushed over OTLP too
             for h in hists:
@@ -310,17 +315,30 @@ class Telemetry:
     def run_checks(
         self, checks: Sequence[Check], out: Output, facts: RequestFacts
     ) -> CheckResult | None:
-        """The checks, each in its own child span when tracing is on."""
-        if not self.tracing:
-            return run_checks(checks, out, facts)
+        """The checks in order, each timed (``gateway_check_seconds{check, result}``) and in
+        its own child span when tracing is on; the first failure."""
         for c in checks:
-            with self.tracer.start_as_current_span(f"check {c.name}") as s:
-                res = c.run(out, facts)
-                s.set_attribute("gateway.check.ok", res.ok)
-                if not res.ok:
-                    s.set_attribute("gateway.check.reason", res.reason)
-                    return res
+            if self.tracing:
+                with self.tracer.start_as_current_span(f"check {c.name}") as s:
+                    res = self.timed_check(c, out, facts)
+                    s.set_attribute("gateway.check.ok", res.ok)
+                    if not res.ok:
+                        s.set_attribute("gateway.check.reason", res.reason)
+            else:
+                res = self.timed_check(c, out, facts)
+            if not res.ok:
+                return res
         return None
+
+    def timed_check(self, c: Check, out: Output, facts: RequestFacts) -> CheckResult:
+        t0 = time.perf_counter()
+        res = c.run(out, facts)
+        self.checks.record(time.perf_counter() - t0, (c.name, "pass" if res.ok else "fail"))
+        return res
+
+    def check_verdict(self, name: str, ok: bool, seconds: float) -> None:
+        """A verdict awaited (a remote check) or found on partial text, for the metrics."""
+        self.checks.record(seconds, (name, "pass" if ok else "fail"))
 
 
 def _buckets(b: tuple[float, ...]) -> ExplicitBucketHistogramAggregation:

@@ -23,8 +23,9 @@ per-replica fallback while Redis is unreachable).
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -91,6 +92,26 @@ def period_ttl(period: str) -> int:
 
 
 ALLOW = Admission(ok=True)
+
+
+def divided(p: Policy, n: int) -> Policy:
+    """``p`` with each limit divided among ``n`` processes (rounded up, at least 1): what
+    each process's own limiter enforces when they cannot count together."""
+
+    def part(v: int | None) -> int | None:
+        return None if v is None else max(1, math.ceil(v / n))
+
+    update: dict[str, object] = {
+        "requests_per_minute": part(p.requests_per_minute),
+        "tokens_per_minute": part(p.tokens_per_minute),
+        "max_concurrent_requests": part(p.max_concurrent_requests),
+    }
+    if p.token_budget is not None:
+        tokens = part(p.token_budget.tokens)
+        update["token_budget"] = p.token_budget.model_copy(update={"tokens": tokens})
+    if p.cost_budget is not None:
+        update["cost_budget"] = p.cost_budget.model_copy(update={"usd": p.cost_budget.usd / n})
+    return p.model_copy(update=update)
 
 
 def budget_period(period: str, now: float) -> str:
@@ -167,6 +188,37 @@ if cost_budget > 0 and want_m > 0 then
   redis.call('EXPIRE', KEYS[5], tonumber(ARGV[12]))
 end
 return {1, '', 0, math.floor(rt), math.floor(tt)}
+"""
+
+# KEYS: the concurrency zset
+# ARGV: now_ms, slot lease ms, the owner's prefix ("<owner>:"), re-add (1: a slot held is
+#       added back if the store lost it; 0: only renewed), how many slots are held (n), the
+#       n held slots, then the slots whose admission is in flight (kept, neither added nor
+#       renewed: the admission adds them)
+# The owner's slots that are neither held nor being admitted are removed: their requests
+# ended, and their release never reached this store. Returns how many were removed.
+SYNC_LUA = """
+local key, now, lease = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2])
+local owner, readd, n = ARGV[3], ARGV[4] == '1', tonumber(ARGV[5])
+local keep = {}
+for i = 6, #ARGV do keep[ARGV[i]] = true end
+redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+local gone = 0
+for _, m in ipairs(redis.call('ZRANGE', key, 0, -1)) do
+  if string.sub(m, 1, #owner) == owner and not keep[m] then
+    redis.call('ZREM', key, m)
+    gone = gone + 1
+  end
+end
+for i = 6, 5 + n do
+  if readd then
+    redis.call('ZADD', key, now + lease, ARGV[i])
+  else
+    redis.call('ZADD', key, 'XX', now + lease, ARGV[i])
+  end
+end
+if redis.call('EXISTS', key) == 1 then redis.call('PEXPIRE', key, lease) end
+return gone
 """
 
 # KEYS: tpm bucket, budget counter, cost counter, the held budget and cost counters, the
@@ -334,6 +386,31 @@ class LocalLimiter:
         for rid in rids:
             if rid in slots:
                 slots[rid] = until
+
+    def sync(
+        self,
+        tenant: str,
+        owner: str,
+        held: Collection[str],
+        admitting: Collection[str],
+        readd: bool,
+        now: float | None = None,
+    ) -> int:
+        """:data:`SYNC_LUA` in process: ``owner``'s slots become ``held`` (renewed; added
+        back when ``readd``), the rest of its slots go, except those ``admitting``; how many
+        went."""
+        now = time.time() if now is None else now
+        slots = self._inflight.setdefault(tenant, {})
+        for r in [r for r, exp in slots.items() if exp < now]:
+            del slots[r]
+        stale = [r for r in slots if r.startswith(owner) and r not in held and r not in admitting]
+        for r in stale:
+            del slots[r]
+        until = now + SLOT_LEASE_MS / 1000
+        for r in held:
+            if readd or r in slots:
+                slots[r] = until
+        return len(stale)
 
     def debit(
         self,

@@ -27,7 +27,8 @@ the OpenAI error when it was the last — is one table, :mod:`gateway.dispatch.f
     │   ├── UpstreamRateLimited      429, with the engine's Retry-After
     │   ├── UpstreamRequestTimeout   408
     │   ├── TierRefused              401/403/404 of a hosted provider: the tier's key or model
-    │   └── ClientRejected           any other 4xx: the request's own fault, relayed as it is
+    │   └── ClientRejected           any other 4xx: the request's own fault, relayed
+    │       └── ContextExceeded      [context_length] the prompt does not fit its window
     ├── BadAnswer                    not what an OpenAI-compatible engine sends
     │   ├── BadBody                  [bad_body]      a JSON answer that is not a completion
     │   ├── BadStream                [bad_stream]    an event that is not what a stream carries
@@ -42,11 +43,19 @@ the OpenAI error when it was the last — is one table, :mod:`gateway.dispatch.f
 
 :func:`status_error` turns an engine's status into its type and :func:`check_failed` a
 failed check's result into its type: the two places where outside codes become types.
+
+A failure's traceback holds every frame it passed through, and their locals: the
+request's body, parsed and encoded. A failure kept in one of those frames (the last
+failure of the attempt loop, ``err`` before a ``raise err``, a retry library's outcome)
+is a reference cycle, which only a full collection frees: until then each refused
+request pinned its body (a 9 MB body kept ~25 MB). So a failure is raised as it is made,
+never from a local, and one kept after it was handled is kept as a value (:func:`kept`).
 """
 
 from __future__ import annotations
 
 from gateway.checks.base import CheckResult
+from gateway.upstream.refusals import context_exceeded, refusal
 
 
 class AttemptFailed(Exception):
@@ -150,11 +159,21 @@ class TierRefused(UpstreamStatus):
 
 class ClientRejected(UpstreamStatus):
     """Any other 4xx: the request itself is wrong, and another tier would say the same.
-    ``body`` is the engine's answer, relayed to the client as it is."""
+    ``body`` is the engine's answer: its status and message reach the client, in the
+    client's error format."""
 
     def __init__(self, status: int, detail: str, body: bytes):
         super().__init__(status, detail)
         self.body = body
+
+
+class ContextExceeded(ClientRejected):
+    """The engine said the prompt and ``max_tokens`` do not fit its context window: a tier
+    with a larger (or unknown) window is tried. ``window``: the one it named, if any."""
+
+    def __init__(self, status: int, detail: str, body: bytes, window: int | None):
+        super().__init__(status, detail, body)
+        self.window = window
 
 
 # -- the answer ----------------------------------------------------------------------------
@@ -215,17 +234,36 @@ class NoContinuation(AttemptFailed):
     """No tier could continue a broken stream (none can, or each refused or failed)."""
 
 
-def status_error(status: int, body: bytes) -> UpstreamStatus:
+def status_error(status: int, body: bytes, retry_after: float | None = None) -> UpstreamStatus:
     """An engine's non-200 answer as its type. Engine bodies go to logs, never to tenants
-    verbatim (a client error's body is relayed as the engine's own answer)."""
+    verbatim (a client error's message is relayed, in the client's error format)."""
+    err: UpstreamStatus
     if status == 429 or status == 408 or status >= 500:
         snippet = body[:200].decode("utf-8", "replace").replace("\n", " ") or "no body"
         if status == 429:
-            return UpstreamRateLimited(status, snippet)
-        if status == 408:
-            return UpstreamRequestTimeout(status, snippet)
-        return ServerError(status, snippet)
+            err = UpstreamRateLimited(status, snippet)
+        elif status == 408:
+            err = UpstreamRequestTimeout(status, snippet)
+        else:
+            err = ServerError(status, snippet)
+    else:
+        err = _client_error(status, body)
+    err.retry_after = retry_after
+    return err
+
+
+def _client_error(status: int, body: bytes) -> ClientRejected:
+    too_long, window = context_exceeded(status, body)
+    if too_long:  # its detail: the engine's message, which the client's 400 quotes
+        return ContextExceeded(status, refusal(status, body).message[:300], body, window)
     return ClientRejected(status, "client error", body)
+
+
+def kept(e: AttemptFailed) -> AttemptFailed:
+    """``e``, handled and kept as a value: without its traceback, whose frames would hold
+    the request's body for as long as ``e`` is kept (and, kept in one of them, until a
+    full collection)."""
+    return e.with_traceback(None)
 
 
 def check_failed(result: CheckResult) -> CheckFailed:

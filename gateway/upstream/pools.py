@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.rules.schema import Tier
 from gateway.upstream.circuit import Circuit
-from gateway.upstream.discovery import ModelBook, model_ids
-from gateway.upstream.failures import AnswerTimeout, AttemptFailed, ConnectFailed
+from gateway.upstream.discovery import ModelBook, model_ids, model_windows
+from gateway.upstream.failures import AnswerTimeout, AttemptFailed, ConnectFailed, ContextExceeded
 from gateway.upstream.replicas import Replica, choose, parse_metrics
 from gateway.upstream.responses_events import RESPONSES_PATH, ResponsesAsChat
 from gateway.upstream.scheduler import Gate, Ticket
@@ -111,9 +111,16 @@ class Pool:
             self._settle()
             await asyncio.sleep(h.interval)
 
+    @property
+    def asks_models(self) -> bool:
+        """Whether its engines' ``/v1/models`` tells what the rules leave open: the model
+        to send, or the context window."""
+        t = self.tier
+        return t.provider == "openai" and (t.model is None or t.context_window is None)
+
     async def discover(self) -> None:
-        """Ask every replica which models it serves (a tier without a configured model)."""
-        if self.tier.model is None:
+        """Ask every replica which models it serves, and their context windows."""
+        if self.asks_models:
             await asyncio.gather(*(self._ask_models(r) for r in self.replicas))
             self._settle()
 
@@ -122,8 +129,9 @@ class Pool:
             status, body = await self.transport.get(
                 rep.url + "/v1/models", self.tier.health.timeout
             )
-            if status == 200:
-                self.models.record(rep.url, model_ids(body))
+            if status == 200:  # a configured model is sent whatever the engine lists
+                ids = model_ids(body) if self.tier.model is None else ()
+                self.models.record(rep.url, ids, model_windows(body))
 
     def _settle(self) -> None:
         if self.models.settle(self.name) and self.on_models is not None:
@@ -140,7 +148,7 @@ class Pool:
         rep.last_probe = time.monotonic()
         if rep.up != was_up:
             log.warning("replica %s of %s is %s", rep.url, self.name, "up" if rep.up else "down")
-        if rep.up and self.tier.model is None:
+        if rep.up and self.asks_models:
             await self._ask_models(rep)
         if rep.up and h.metrics_path:
             with contextlib.suppress(OSError, TimeoutError, AttemptFailed):
@@ -156,6 +164,12 @@ class Pool:
         """The model name sent: the tier's, else discovered, else the tier name (a guess
         until an engine answers ``/v1/models``)."""
         return self.tier.model or self.models.chosen or self.name
+
+    @property
+    def window(self) -> int | None:
+        """The context window in tokens: the rules', else the engines' (reported, or named
+        when one refused a prompt as too long), else None (unknown)."""
+        return self.tier.context_window or self.models.window(self.model)
 
     def available(self, now: float) -> bool:
         if not self.circuit.available(now):
@@ -201,6 +215,11 @@ class Pool:
             up = await self.transport.open(rep.url + path, body, limits, stream)
         except ConnectFailed:
             rep.up = False  # refused: no traffic until a probe says otherwise
+            raise
+        except ContextExceeded as e:  # the window it names: later requests skip this tier
+            if e.window is not None and self.tier.context_window is None:
+                self.models.learned = e.window
+            e.window = e.window or self.window  # the next tier must have a larger one
             raise
         if path != RESPONSES_PATH:
             return up
@@ -288,8 +307,21 @@ class Pools:
                 out[name] = model
         return out
 
+    def may_hold(self, tier: str, refused: AttemptFailed) -> bool:
+        """Whether ``tier`` may hold a prompt that ``refused`` (a tier's "too long for my
+        window", naming it) says did not fit: its window is larger or unknown."""
+        if not isinstance(refused, ContextExceeded) or refused.window is None:
+            return True
+        window = self.by_tier[tier].window
+        return window is None or window > refused.window
+
+    def windows(self) -> dict[str, int]:
+        """Tier -> its context window, for the tiers whose window is known."""
+        return {name: w for name, p in self.by_tier.items() if (w := p.window) is not None}
+
     async def discover(self, bound: float) -> None:
-        """Discover the models of tiers that name none, waiting at most ``bound`` seconds."""
+        """Discover the models (and windows) the rules leave open, waiting at most ``bound``
+        seconds."""
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(bound):
                 await asyncio.gather(*(p.discover() for p in self.by_tier.values()))

@@ -185,9 +185,9 @@ class HttpTransport:
         status, headers = conn.status, conn.headers  # the connection is reset once given back
         if status != 200:
             data = await _error_body(up)
-            err = status_error(status, data)
-            err.retry_after = _retry_after(headers.get(b"retry-after"))
-            raise err
+            # raised as made: kept in a local of this frame, it would hold the frame (and
+            # the request's body) in a cycle through its own traceback
+            raise status_error(status, data, _retry_after(headers.get(b"retry-after")))
         ctype = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
         if stream and ctype == b"application/json":  # it ignored "stream"
             return JsonAsStream(up)

@@ -1,0 +1,137 @@
+"""The report of ``python -m evals routing``: the setup, a hit-rate summary, one table per
+workload and load, the bars, and a plot (hit rate and engine TTFT p99 per router)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from evals.report import fmt_num, md_table, pyplot, save_figure
+from evals.routing.workloads import LOADS, WORKLOADS
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1%}"
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else fmt_num(v)
+
+
+def _x(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def _setup(s: dict[str, Any]) -> str:
+    rates = ", ".join(
+        f"{w.name} {w.rates[0] * s['rate_scale']:g} / {w.rates[1] * s['rate_scale']:g}"
+        for w in WORKLOADS.values()
+        if w.name in s["workloads"]
+    )
+    return (
+        f"{s['engines']} simulated SGLang replicas (`engines.sim`, highspeed profile, one "
+        f"seed), each with a radix cache of {s['cache_tokens']:,} tokens and "
+        f"{s['max_running']} batch slots, at time scale {s['time_scale']:g} (wall s per model "
+        f"s); the oracle is one engine with {s['engines']}x the cache, slots and speed. "
+        f"Sessions start open-loop for {s['seconds']:g} model seconds per cell at these rates "
+        f"(sessions per model second, moderate / near capacity): {rates}. Caches are flushed "
+        f"and every router started fresh before each cell; the routers take turns on the same "
+        f"sessions. Run started {s['started']}, {s['minutes']} min, Python {s['python']}.\n\n"
+        f"    {s['command']}"
+    )
+
+
+def _summary(cells: list[dict[str, Any]], routers: list[str]) -> str:
+    rows = []
+    for w in WORKLOADS:
+        for load in LOADS:
+            got = {c["router"]: c for c in cells if c["workload"] == w and c["load"] == load}
+            if got:
+                rows.append([f"{w} {load}", *(_pct(got[r]["hit_rate"]) if r in got else "-" for r in routers)])
+    return md_table(["workload, load", *routers], rows)
+
+
+def _cell_table(cells: list[dict[str, Any]]) -> str:
+    head = [
+        "router", "requests (failed)", "hit rate", "engine TTFT p50 / p99 ms",
+        "client TTFT p50 / p99 ms", "e2e p99 ms", "tokens/s", "imbalance req / prefill",
+        "router CPU us/req",
+    ]  # fmt: skip
+    rows = [
+        [
+            c["router"],
+            f"{c['requests']} ({c['failed']})",
+            _pct(c["hit_rate"]),
+            f"{_ms(c['engine_ttft_p50_ms'])} / {_ms(c['engine_ttft_p99_ms'])}",
+            f"{_ms(c['client_ttft_p50_ms'])} / {_ms(c['client_ttft_p99_ms'])}",
+            _ms(c["e2e_p99_ms"]),
+            fmt_num(c["tokens_per_s"]),
+            f"{_x(c['imbalance_requests'])} / {_x(c['imbalance_prefill'])}",
+            _ms(c["router_cpu_us"]),
+        ]
+        for c in cells
+    ]
+    return md_table(head, rows)
+
+
+def _bars(bars: list[dict[str, Any]]) -> str:
+    def fig(v: float | None, what: str) -> str:
+        return _pct(v) if "hit rate" in what or "replicas" in what else _ms(v)
+
+    rows = [
+        [
+            b["bar"],
+            fig(b["gateway"], b["bar"]),
+            fig(b["reference"], b["bar"]),
+            {True: "met", False: "**missed**", None: "-"}[b["met"]],
+        ]
+        for b in bars
+    ]
+    met = sum(1 for b in bars if b["met"])
+    return f"{met} of {len(bars)} met.\n\n" + md_table(["bar", "gateway", "reference", ""], rows)
+
+
+def markdown(result: dict[str, Any], png: Path | None) -> str:
+    s, cells = result["setup"], result["cells"]
+    parts = [
+        "# Fleet routing: the gateway beside the SGLang Model Gateway",
+        _setup(s),
+        "## Prefix-cache hit rate (the engines' own counters)",
+        _summary(cells, s["routers"]),
+    ]
+    if png is not None:
+        parts.append(f"![hit rate and TTFT p99 per router]({png.name})")
+    for w in WORKLOADS:
+        for load in LOADS:
+            got = [c for c in cells if c["workload"] == w and c["load"] == load]
+            if got:
+                parts += [f"## {w}, {load}: {WORKLOADS[w].what}", _cell_table(got)]
+    parts += ["## Bars", _bars(result["bars"])]
+    return "\n\n".join(parts) + "\n"
+
+
+def plot(cells: list[dict[str, Any]], path: Path) -> Path | None:
+    """Hit rate and engine TTFT p99 per router, one group of bars per workload and load."""
+    try:
+        plt = pyplot()
+    except ImportError:
+        return None
+    groups = [(w, load) for w in WORKLOADS for load in LOADS]
+    groups = [g for g in groups if any((c["workload"], c["load"]) == g for c in cells)]
+    routers = list(dict.fromkeys(c["router"] for c in cells))
+    by = {(c["workload"], c["load"], c["router"]): c for c in cells}
+    fig, axes = plt.subplots(2, 1, figsize=(12, 7), sharex=True)
+    width = 0.8 / max(len(routers), 1)
+    for i, r in enumerate(routers):
+        xs = [g + i * width for g in range(len(groups))]
+        for ax, key in zip(axes, ("hit_rate", "engine_ttft_p99_ms"), strict=True):
+            ys = [(by.get((*g, r)) or {}).get(key) or 0.0 for g in groups]
+            ax.bar(xs, ys, width, label=r)
+    axes[0].set_ylabel("prefix-cache hit rate")
+    axes[1].set_ylabel("engine TTFT p99 (model ms)")
+    axes[1].set_yscale("log")
+    axes[1].set_xticks([g + 0.4 - width / 2 for g in range(len(groups))])
+    axes[1].set_xticklabels([f"{w}\n{load}" for w, load in groups])
+    axes[0].legend(ncol=4, fontsize=8)
+    save_figure(fig, path)
+    return path
