@@ -20,6 +20,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 _POOL_ENV = re.compile(r"^GATEWAY_POOL_([A-Z0-9_]+)_URLS$")
 _MODEL_ENV = re.compile(r"^GATEWAY_POOL_([A-Z0-9_]+)_MODEL$")
+_TIER_ENV = re.compile(r"^GATEWAY_POOL_[A-Z0-9_]+_(URLS|MODEL)$")
 # the settings read from a family of variables, one per tier, not from GATEWAY_<FIELD>
 _FAMILIES = {"pool_urls": "GATEWAY_POOL_<TIER>_URLS", "pool_models": "GATEWAY_POOL_<TIER>_MODEL"}
 # the repository's rules; an installed package carries a copy (gateway/routing_rules.yaml is a
@@ -164,16 +165,11 @@ class Settings(BaseSettings):
     reserve_max_tokens: int = Field(
         default=4096, ge=1, description="reserved against a budget when a request has no max_tokens"
     )
-    # tier/pool name (lower case) -> base URLs; filled from GATEWAY_POOL_<NAME>_URLS
-    pool_urls: dict[str, tuple[str, ...]] = Field(
-        default_factory=dict,
-        description="comma-separated base URLs of a tier's engines, in place of the rules' "
-        "endpoints (one variable per tier)",
+    pool_urls: dict[str, tuple[str, ...]] = Field(  # tier (lower case) -> URLs
+        default_factory=dict, description="comma-separated base URLs of a tier's engines"
     )
-    # tier name (lower case) -> model name sent to its engines; GATEWAY_POOL_<NAME>_MODEL
-    pool_models: dict[str, str] = Field(
-        default_factory=dict,
-        description="the model name sent to a tier's engines (one variable per tier)",
+    pool_models: dict[str, str] = Field(  # tier (lower case) -> model name
+        default_factory=dict, description="the model name sent to a tier's engines"
     )
     cache_max_bytes: int = Field(
         default=256 << 20, ge=1 << 20, description="the in-process response cache, in total"
@@ -345,9 +341,7 @@ def unknown_variables(environ: Mapping[str, str]) -> list[str]:
     out = []
     for key in sorted(environ):
         name = key.upper()
-        if not name.startswith("GATEWAY_") or name in fixed:
-            continue
-        if _POOL_ENV.match(key) or _MODEL_ENV.match(key):
+        if not name.startswith("GATEWAY_") or name in fixed or _TIER_ENV.match(key):
             continue
         near = difflib.get_close_matches(name, [*fixed, *_family_guesses(name)], n=1)
         hint = f" (did you mean {near[0]}?)" if near else ""

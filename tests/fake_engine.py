@@ -25,8 +25,11 @@ Continuation: when the last message is the assistant's (prefill, with or without
 prefix is repeated in front of it, as llama.cpp's server does.
 
 ``--model M`` sets the model id ``/v1/models`` lists (default: the name); with
-``--strict`` a request naming another model gets vLLM's 404. ``POST /v1/embeddings``
-answers a small deterministic vector per input (``encoding_format`` float or base64).
+``--strict`` a request naming another model gets vLLM's 404. ``--context N``: a context
+window of N tokens (4 characters a token, over every message and ``max_tokens``), listed as
+``max_model_len`` and refused past it with vLLM's 400 (``--context-quiet``: not listed).
+``POST /v1/embeddings`` answers a small deterministic vector per input
+(``encoding_format`` float or base64).
 
 ``GET /model_info`` and ``/server_info`` (and their ``get_`` forms) answer as SGLang's
 do, for an SGLang Model Gateway in front of fake engines.
@@ -84,10 +87,11 @@ def last_user(body: dict[str, Any]) -> str:
 
 
 class Engine:
-    def __init__(self, name: str, model: str | None = None, strict: bool = False):
+    def __init__(self, name: str, model: str | None = None, strict: bool = False, context: int = 0):
         self.name = name
         self.model = model or name
         self.strict = strict
+        self.context = context  # tokens; 0: no limit
         self.requests: list[dict[str, Any]] = []
         self.cancelled = 0
 
@@ -154,10 +158,24 @@ class Engine:
             text, finish = "", "tool_calls"
         return text, finish, calls
 
+    def too_long(self, body: dict[str, Any]) -> web.Response | None:
+        if not self.context:
+            return None
+        chars = len(json.dumps(body.get("messages") or body.get("prompt") or ""))
+        need = chars // 4 + int(body.get("max_tokens") or body.get("max_completion_tokens") or 0)
+        if need <= self.context:
+            return None
+        msg = (
+            f"This model's maximum context length is {self.context} tokens. However, you "
+            f"requested {need} tokens. Please reduce the length of the messages."
+        )
+        err = {"object": "error", "message": msg, "type": "BadRequestError", "code": 400}
+        return web.json_response(err, status=400)
+
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
-        bad = self.wrong_model(body)
+        bad = self.wrong_model(body) or self.too_long(body)
         if bad is not None:
             return bad
         d = directives(body, self.name)
@@ -407,12 +425,20 @@ class ResponsesEngine:
         return out
 
 
-def make_app(name: str, model: str | None = None, strict: bool = False) -> web.Application:
-    eng = Engine(name, model, strict)
+def make_app(
+    name: str,
+    model: str | None = None,
+    strict: bool = False,
+    context: int = 0,
+    context_listed: bool = True,
+) -> web.Application:
+    eng = Engine(name, model, strict, context)
     app = web.Application(client_max_size=64 << 20)  # as an engine: long prompts
 
     async def models(_: web.Request) -> web.Response:
-        card = {"id": eng.model, "object": "model"}
+        card: dict[str, Any] = {"id": eng.model, "object": "model"}
+        if context and context_listed:
+            card["max_model_len"] = context
         return web.json_response({"object": "list", "data": [card]})
 
     async def requests(_: web.Request) -> web.Response:
@@ -457,9 +483,11 @@ if __name__ == "__main__":
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--model", default=None)
     ap.add_argument("--strict", action="store_true")
+    ap.add_argument("--context", type=int, default=0)
+    ap.add_argument("--context-quiet", action="store_true")
     a = ap.parse_args()
     web.run_app(
-        make_app(a.name, a.model, a.strict),
+        make_app(a.name, a.model, a.strict, a.context, not a.context_quiet),
         host="127.0.0.1",
         port=a.port,
         access_log=None,

@@ -18,6 +18,8 @@ from gateway.tenancy.tenants import Effective, Policy
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = load_rules(ROOT / "routing_rules.yaml")
+# the strict choice: no alias pattern, so a name no alias or tier names is a 404
+STRICT = RULES.model_copy(update={"aliases": {k: v for k, v in RULES.aliases.items() if k != "*"}})
 
 
 def chat(content: str, **kw: Any) -> bytes:
@@ -163,7 +165,7 @@ def test_classify_rejects(
     body: bytes, headers: dict[str, str], exc: type[GatewayError], param: str
 ) -> None:
     with pytest.raises(exc) as ei:
-        Classifier(RULES).classify(parse_chat(body), headers)
+        Classifier(STRICT).classify(parse_chat(body), headers)
     assert ei.value.param == param
 
 

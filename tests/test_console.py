@@ -404,6 +404,82 @@ def test_create_rotate_and_revoke_a_key(page: WebDriver, gw: Proc) -> None:
     wait(page, usage)
 
 
+def test_creating_a_key_then_refreshing_mints_no_second_key(page: WebDriver, gw: Proc) -> None:
+    """Post/Redirect/Get: the key is shown once on a page a refresh does not re-post; the
+    form's address opened as a page leads to the tenant, never a 405."""
+    t = admin_call(gw, "POST", "/admin/tenants", {"name": f"prg-{uuid.uuid4().hex[:6]}"})
+    page.get(f"{gw.admin}/console/tenants/{t['id']}")
+    by_id(page, "key-name").send_keys("once")
+    by_id(page, "create-key").click()
+    key = wait(page, lambda d: by_id(d, "new-key-value").text)
+    assert page.current_url.split("?")[0].endswith(f"/console/tenants/{t['id']}")
+    for _ in range(2):
+        page.refresh()
+        wait(page, lambda d: d.find_elements(By.ID, "key-gone"))
+        assert not page.find_elements(By.ID, "new-key-value")
+    assert len(admin_call(gw, "GET", f"/admin/tenants/{t['id']}/keys")["data"]) == 1
+    assert len(page.find_elements(By.CSS_SELECTOR, "#keys tr[data-key]")) == 1
+    assert chat(gw, key, "hello") == 200
+    for form in ("keys", "policy"):
+        page.get(f"{gw.admin}/console/tenants/{t['id']}/{form}")
+        wait(page, lambda d: t["name"] in d.find_element(By.TAG_NAME, "h1").text)
+    page.get(f"{gw.admin}/console/rules/rollback")
+    wait(page, lambda d: d.current_url.endswith("/console/rules"))
+    assert len(admin_call(gw, "GET", f"/admin/tenants/{t['id']}/keys")["data"]) == 1
+
+
+def _example_forms(gw: Proc) -> list[tuple[str, str, str, Callable[[WebDriver], Any]]]:
+    """Each page with examples: (its address, the field they fill, the button that sends
+    the form, what the page shows when the form was accepted)."""
+    t = admin_call(gw, "POST", "/admin/tenants", {"name": f"ex-{uuid.uuid4().hex[:6]}"})
+    return [
+        (
+            "/console/tenants",
+            "tenant-policy",
+            "create-tenant",
+            lambda d: d.find_element(By.TAG_NAME, "h1").text.startswith("Tenant ex-new"),
+        ),
+        (
+            f"/console/tenants/{t['id']}",
+            "policy",
+            "save-policy",
+            lambda d: "saved" in by_id(d, "done").text,
+        ),
+        ("/console/rules", "explain-request", "explain", lambda d: by_id(d, "explain-rule").text),
+    ]
+
+
+def test_every_example_in_a_form_is_accepted(page: WebDriver, gw: Proc) -> None:
+    """Every example the console offers, put in its field by its button and sent with its
+    form, is accepted: nothing the console suggests is refused."""
+    forms = _example_forms(gw)
+    offered = 0
+    for path, field, submit, accepted in forms:
+        page.get(f"{gw.admin}{path}")
+        n = len(page.find_elements(By.CSS_SELECTOR, f"button[data-example-for='{field}']"))
+        assert n >= 1, path
+        for i in range(n):
+            page.get(f"{gw.admin}{path}")
+            button = page.find_elements(By.CSS_SELECTOR, f"button[data-example-for='{field}']")[i]
+            text = button.get_attribute("data-example")
+            button.click()
+            assert by_id(page, field).get_property("value") == text
+            if field == "tenant-policy":
+                by_id(page, "tenant-name").send_keys(f"ex-new-{i}")
+            by_id(page, submit).click()
+            wait(page, accepted)
+            assert not page.find_elements(By.ID, "errors"), (path, text)
+            offered += 1
+    for path in ("/console/tenants", "/console/rules", forms[1][0]):  # no example left out
+        page.get(f"{gw.admin}{path}")
+        fields = {
+            b.get_attribute("data-example-for")
+            for b in page.find_elements(By.CSS_SELECTOR, "[data-example-for]")
+        }
+        assert fields <= {f for _, f, _, _ in forms}
+    assert offered >= 5
+
+
 def test_a_refused_policy_shows_every_error(page: WebDriver, gw: Proc) -> None:
     t = admin_call(gw, "POST", "/admin/tenants", {"name": f"p-{uuid.uuid4().hex[:6]}"})
     page.get(f"{gw.admin}/console/tenants/{t['id']}")

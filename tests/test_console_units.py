@@ -294,3 +294,31 @@ def test_shadow_summary_groups_by_task_and_tiers() -> None:
     assert [(g["task"], g["n"]) for g in got] == [("chat", 2), ("code", 1)]
     assert got[0]["agree"] == 0.5 and got[0]["exact"] == 0.5
     assert got[0]["f1"] == pytest.approx(0.6)
+
+
+# -- the examples the forms offer -----------------------------------------------------------
+
+
+def test_every_policy_example_is_a_policy_the_running_rules_accept() -> None:
+    from gateway.admin.policy import policy_problems
+    from gateway.console.examples import POLICIES
+    from gateway.rules.schema import load_rules
+    from gateway.settings import REPO_RULES
+    from gateway.tenancy.tenants import Policy
+
+    rules = load_rules(REPO_RULES)
+    for _, doc in POLICIES:
+        assert policy_problems(Policy.model_validate(doc), rules) == [], doc
+
+
+def test_every_request_example_explains_under_the_running_rules() -> None:
+    from gateway.console.examples import FOR_FIELD, REQUESTS
+    from gateway.routing.explain import explain
+    from gateway.rules.schema import load_rules
+    from gateway.settings import REPO_RULES
+
+    rules = load_rules(REPO_RULES)
+    for _, text, _ in FOR_FIELD["explain-request"]:
+        body = explain_body(Draft("", text, "explain"))
+        assert explain(rules, body)["tiers"], text
+    assert len(FOR_FIELD["explain-request"]) == len(REQUESTS)

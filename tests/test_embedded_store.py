@@ -11,12 +11,15 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from gateway.store.sqlite_db import MIGRATIONS
-from tests.conftest import Proc, rules_for_tests, start_gateway
+from tests.conftest import rules_for_tests, start_gateway
 from tests.test_tenancy import ADMIN, call, chat, new_tenant
 from tests.waiting import until
+
+pytestmark = pytest.mark.processes
 
 
 def _embedded(path: Path, workers: int = 2) -> dict[str, str]:
@@ -112,7 +115,7 @@ def test_a_rules_file_changed_while_stopped_is_the_new_version(
     again, _ = start_gateway(tmp_path, rules, engines, env)
     try:
         st, body, _ = call(again.admin, "GET", "/admin/rules")
-        assert body["version"] == 2 and yaml.safe_load(body["yaml"]) == rules
+        assert st == 200 and body["version"] == 2 and yaml.safe_load(body["yaml"]) == rules
     finally:
         again.stop()
 

@@ -53,7 +53,7 @@ def gw(strict_engines: dict[str, str], tmp_path_factory: pytest.TempPathFactory)
     rules["tiers"]["standard"]["embeddings"] = True
     for tier in rules["tiers"].values():
         assert "model" not in tier and "request_defaults" not in tier  # all discovered
-    env = {"GATEWAY_CORS_ORIGINS": ORIGIN}
+    env = {"GATEWAY_CORS_ORIGINS": ORIGIN, "GATEWAY_METRICS_TOKEN": METRICS_TOKEN}
     proc, url = start_gateway(tmp_path_factory.mktemp("gw"), rules, strict_engines, env)
     yield url
     proc.stop()
@@ -64,6 +64,10 @@ def oa(gw: str) -> Iterator[openai.OpenAI]:
     c = openai.OpenAI(base_url=f"{gw}/v1", api_key="unused", max_retries=0, timeout=20)
     yield c
     c.close()
+
+
+METRICS_TOKEN = "metrics-token-0123456789"
+OPERATOR = {"Authorization": f"Bearer {METRICS_TOKEN}"}  # /readyz's detail
 
 
 def get(
@@ -111,7 +115,7 @@ def test_models_list_what_the_tiers_serve(oa: openai.OpenAI, gw: str) -> None:
     with pytest.raises(openai.NotFoundError) as e:
         oa.models.retrieve("no-such-model")
     assert e.value.code == "model_not_found"
-    status, _, body = get(f"{gw}/readyz")
+    status, _, body = get(f"{gw}/readyz", headers=OPERATOR)
     assert status == 200
     models = json.loads(body)["models"]
     assert models["highspeed"]["model"] == "org/fast-7b"
@@ -127,10 +131,10 @@ def test_configured_model_and_replicas_that_disagree(
         "highspeed": f"{strict_engines['highspeed']},{other_url}",
         **{"standard": strict_engines["standard"]},
     }
-    env = {"GATEWAY_POOL_STANDARD_MODEL": "org/std-7b"}
+    env = {"GATEWAY_POOL_STANDARD_MODEL": "org/std-7b", "GATEWAY_METRICS_TOKEN": METRICS_TOKEN}
     proc, url = start_gateway(tmp_path, rules_for_tests(), urls, env)
     try:
-        models = json.loads(get(f"{url}/readyz")[2])["models"]
+        models = json.loads(get(f"{url}/readyz", headers=OPERATOR)[2])["models"]
         assert models["standard"] == {"model": "org/std-7b", "source": "configured"}
         assert models["highspeed"]["replicas_disagree"] is True
         assert set(models["highspeed"]["replicas"].values()) == {"org/fast-7b", "org/other"}

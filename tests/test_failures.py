@@ -39,6 +39,15 @@ ROWS: list[tuple[f.AttemptFailed, str, bool, bool, bool, bool, bool]] = [
     (f.UpstreamRequestTimeout(408, "slow"), "http_408", True, False, False, True, False),
     (f.TierRefused(401, "bad key"), "http_401", True, False, False, True, False),
     (f.ClientRejected(400, "client error", b"{}"), "http_400", False, False, False, False, False),
+    (
+        f.ContextExceeded(400, "too long", b"{}", 4096),
+        "context_length",
+        True,
+        False,
+        False,
+        False,
+        False,
+    ),
     (f.BadBody("not JSON"), "bad_body", True, False, False, True, False),
     (f.BadStream("not JSON"), "bad_stream", True, False, False, True, False),
     (f.AnswerTooLarge("over"), "too_large", True, False, False, True, False),
@@ -193,3 +202,80 @@ def test_the_fallback_header_names_reasons_and_tiers() -> None:
         "highspeed:check_repetition; standard:http_503 -> standard"
     )
     assert [x.check for x in failures] == ["repetition", None]
+
+
+# each engine's own words for "the prompt does not fit my context window", and the window
+@pytest.mark.parametrize(
+    ("status", "body", "window"),
+    [
+        (  # vLLM
+            400,
+            b'{"object": "error", "message": "This model\'s maximum context length is 4096 tokens. '
+            b'However, you requested 5000 tokens (4000 in the messages, 1000 in the completion).", '
+            b'"type": "BadRequestError", "param": null, "code": 400}',
+            4096,
+        ),
+        (  # vLLM, later wording
+            400,
+            b'{"error": {"message": "The decoder prompt (length 9000) is longer than the maximum '
+            b"model length of 8192. Make sure that `max_model_len` is no smaller than the number "
+            b'of text tokens.", "type": "BadRequestError", "code": 400}}',
+            8192,
+        ),
+        (  # SGLang
+            400,
+            b'{"object": "error", "message": "The input (5000 tokens) is longer than the model\'s '
+            b'context length (4096 tokens).", "type": "BadRequestError", "code": 400}',
+            4096,
+        ),
+        (  # llama.cpp's server
+            400,
+            b'{"error": {"code": 400, "message": "the request exceeds the available context size, '
+            b'try increasing it", "type": "exceed_context_size_error", "n_prompt_tokens": 5000, '
+            b'"n_ctx": 4096}}',
+            4096,
+        ),
+        (  # OpenAI
+            400,
+            b'{"error": {"message": "Please reduce the length of the messages.", "type": '
+            b'"invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}',
+            None,
+        ),
+        (  # the simulator (engines/sim)
+            400,
+            b'{"object": "error", "message": "Requested token count exceeds the model\'s maximum '
+            b'context length of 2048 tokens (3000 requested).", "type": "BadRequestError"}',
+            2048,
+        ),
+        (  # Anthropic, through LiteLLM
+            400,
+            b'{"error": {"message": "litellm.ContextWindowExceededError: prompt is too long: '
+            b'210000 tokens > 200000 maximum", "type": "invalid_request_error"}}',
+            None,
+        ),
+    ],
+)
+def test_a_context_overflow_moves_on_and_names_its_window(
+    status: int, body: bytes, window: int | None
+) -> None:
+    e = f.status_error(status, body)
+    assert type(e) is f.ContextExceeded and e.window == window
+    assert reason(e) == "context_length" and verdict(e).next_tier and not verdict(e).tier_fault
+    assert e.detail and not e.detail.startswith("{")  # the engine's message, not its JSON
+
+
+def test_other_client_errors_stay_the_requests_own() -> None:
+    for body in (b'{"error": {"message": "temperature must be <= 2"}}', b"nope"):
+        assert type(f.status_error(400, body)) is f.ClientRejected
+    # a 500 that mentions the context is the engine's fault, not a window
+    assert type(f.status_error(500, b"context length exceeded")) is f.ServerError
+
+
+def test_no_window_large_enough_is_a_400_quoting_each_engine() -> None:
+    hs = f.ContextExceeded(400, "context length is 4096", b"{}", 4096)
+    st = f.ContextExceeded(400, "context length is 8192", b"{}", 8192)
+    err = all_failed(st, _failures(("highspeed", hs), ("standard", st)))
+    assert err.status == 400 and isinstance(err, GatewayError)
+    body = orjson.loads(error_body(err))["error"]
+    assert body["code"] == "context_length_exceeded" and body["param"] == "messages"
+    assert "highspeed: context length is 4096; standard: context length is 8192" in body["message"]

@@ -110,7 +110,7 @@ def test_a_hosted_tier_without_prefill_restarts_and_gives_its_whole_answer(hoste
 
 
 def test_the_hosted_tier_says_what_it_lacks(hosted: Proc) -> None:
-    st, body, _ = call(_url(hosted), "GET", "/readyz", token=None)
+    st, body, _ = call(_url(hosted), "GET", "/readyz")  # the detail: the admin token
     assert st == 200, body
     assert body["capabilities"]["standard"] == {
         "provider": "litellm",

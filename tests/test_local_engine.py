@@ -24,13 +24,15 @@ from tests.conftest import Proc, free_port
 ROOT = Path(__file__).resolve().parent.parent
 SANE = "What is 2+2?"
 LOOPS = "Write a poem about the ocean."
+METRICS_TOKEN = "metrics-token-0123456789"
+OPERATOR = {"Authorization": f"Bearer {METRICS_TOKEN}"}  # /readyz's detail
 
 pytestmark = [
     pytest.mark.local_engine,
     pytest.mark.processes,
     pytest.mark.skipif(
-    installed() is not None, reason=f"local engine not installed: {installed()}"
-),
+        installed() is not None, reason=f"local engine not installed: {installed()}"
+    ),
 ]
 
 
@@ -53,6 +55,7 @@ def local_engines() -> Iterator[dict[str, str]]:
 @pytest.fixture(scope="module")
 def local_gateway(local_engines: dict[str, str]) -> Iterator[str]:
     env = {f"GATEWAY_POOL_{t.upper()}_URLS": url for t, url in local_engines.items()}
+    env["GATEWAY_METRICS_TOKEN"] = METRICS_TOKEN  # /readyz's detail
     port = free_port()
     # the repository's own rules: what `gateway serve` runs by default
     gw = Proc(
@@ -189,7 +192,8 @@ def test_real_completions_endpoint(client: Any) -> None:
 def test_tiers_discover_the_local_engines_models(local_gateway: str) -> None:
     """The rules name no model: each tier sends what its engine serves (its --alias); the
     standard engine's frequency penalty is its own default, not a field the gateway adds."""
-    with urllib.request.urlopen(f"{local_gateway}/readyz", timeout=10) as r:
+    req = urllib.request.Request(f"{local_gateway}/readyz", headers=OPERATOR)
+    with urllib.request.urlopen(req, timeout=10) as r:
         models = json.loads(r.read())["models"]
     assert models["highspeed"]["model"] == "smollm2-135m-instruct-fast"
     assert models["standard"]["model"] == "smollm2-135m-instruct"

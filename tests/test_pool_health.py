@@ -114,7 +114,10 @@ def test_failing_pool_opens_its_circuit_and_standard_takes_over(tmp_path: Path) 
         assert "unavailable: highspeed" in h["x-gateway-route"]
         state = pools(gw.admin)["tiers"]["highspeed"]
         assert state["circuit_open"] is True and state["available"] is False
-        with urllib.request.urlopen(f"{base}/readyz") as r:
+        ready = urllib.request.Request(
+            f"{base}/readyz", headers={"Authorization": f"Bearer {ADMIN}"}
+        )
+        with urllib.request.urlopen(ready) as r:
             assert json.loads(r.read())["tiers"] == {"highspeed": False, "standard": True}
     finally:
         for p in (gw, bad, st):

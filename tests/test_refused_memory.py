@@ -90,6 +90,7 @@ def served(
         loop.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("directive", "stream", "cut"),
     [
@@ -171,6 +172,7 @@ def _post(url: str, body: bytes) -> int:
         return int(e.code)
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/<pid>/status")
 def test_rss_comes_back_after_bursts_of_large_bodies_the_engine_refuses(
     engines: dict[str, str], tmp_path: Path

@@ -32,6 +32,14 @@ def chat(**kw: Any) -> dict[str, Any]:
     return {"model": "auto", "messages": [USER], **kw}
 
 
+def tool(name: str) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+
+
+NAMED = {"type": "function", "function": {"name": "f"}}
+IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+
+
 # (id, body, param, code)
 CHAT_CASES = [
     ("temperature-string", chat(temperature="hot"), "temperature", "invalid_type"),
@@ -102,6 +110,63 @@ CHAT_CASES = [
         "messages[0].content[0].text",
         "invalid_type",
     ),
+    # contradictions and parts no engine takes (issue 43): each used to reach the engine
+    ("tool-choice-named-no-tools", chat(tool_choice=NAMED), "tool_choice", "invalid_value"),
+    ("tool-choice-required-no-tools", chat(tool_choice="required"), "tool_choice", "invalid_value"),
+    (
+        "tool-choice-named-not-a-tool",
+        chat(tool_choice=NAMED, tools=[tool("g")]),
+        "tool_choice",
+        "invalid_value",
+    ),
+    (
+        "tool-choice-function-unnamed",
+        chat(tool_choice={"type": "function", "function": {}}, tools=[tool("f")]),
+        "tool_choice.function.name",
+        "missing_required_parameter",
+    ),
+    (
+        "part-type-unknown",
+        chat(messages=[{"role": "user", "content": [{"type": "hologram", "text": "hi"}]}]),
+        "messages[0].content[0].type",
+        "invalid_value",
+    ),
+    (
+        "part-type-missing",
+        chat(messages=[{"role": "user", "content": [{"image_url": {"url": "x"}}]}]),
+        "messages[0].content[0].type",
+        "missing_required_parameter",
+    ),
+    (
+        "content-empty-array",
+        chat(messages=[{"role": "user", "content": []}]),
+        "messages[0].content",
+        "empty_array",
+    ),
+    (
+        "image-url-without-url",
+        chat(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]),
+        "messages[0].content[0].image_url.url",
+        "missing_required_parameter",
+    ),
+    (
+        "image-url-missing",
+        chat(messages=[{"role": "user", "content": [{"type": "image_url"}]}]),
+        "messages[0].content[0].image_url",
+        "missing_required_parameter",
+    ),
+    (
+        "stream-options-without-stream",
+        chat(stream_options={"include_usage": True}),
+        "stream_options",
+        "invalid_value",
+    ),
+    (
+        "stream-options-stream-false",
+        chat(stream=False, stream_options={"include_usage": True}),
+        "stream_options",
+        "invalid_value",
+    ),
 ]
 
 TEXT_CASES = [
@@ -109,6 +174,7 @@ TEXT_CASES = [
     ("text-logprobs-high", {"logprobs": 6}, "logprobs", "integer_above_max_value"),
     ("text-temperature", {"temperature": "hot"}, "temperature", "invalid_type"),
     ("text-n", {"n": 0}, "n", "integer_below_min_value"),
+    ("text-stream-options", {"stream_options": {}}, "stream_options", "invalid_value"),
 ]
 
 
@@ -138,10 +204,13 @@ def test_parser_refuses_text_field(extra: dict[str, Any], param: str, code: str)
 VALID = [
     chat(temperature=0, top_p=1, n=2, seed=-3, stop=["a", "b"], logprobs=True, top_logprobs=5),
     chat(temperature=2, presence_penalty=-2.0, frequency_penalty=2, tool_choice="auto"),
-    chat(tool_choice={"type": "function", "function": {"name": "f"}}, stream_options={}),
+    chat(tool_choice=NAMED, tools=[tool("f")], stream=True, stream_options={}),
+    chat(tool_choice="required", tools=[tool("f")]),
+    chat(tool_choice="none"),  # "none" and "auto" ask for nothing the tools must have
     chat(messages=[USER, {"role": "assistant", "tool_calls": [{"id": "1"}]}, USER]),
-    chat(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]),
-    chat(stop="x", stream_options={"include_usage": True}, parallel_tool_calls=False),
+    chat(messages=[{"role": "user", "content": [IMAGE, {"type": "text", "text": "what?"}]}]),
+    chat(messages=[{"role": "user", "content": [{"type": "video_url", "video_url": {}}]}]),
+    chat(stop="x", stream=True, stream_options={"include_usage": True}, parallel_tool_calls=False),
 ]
 
 

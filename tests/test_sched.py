@@ -19,7 +19,7 @@ from gateway.upstream.failures import QueueTimeout, Shed
 from gateway.upstream.pools import Pool
 from gateway.upstream.scheduler import Gate, Ticket
 from tests.conftest import ROOT, Proc, free_port, rules_for_tests, start_gateway
-from tests.test_tenancy import call, new_tenant, tenancy_env
+from tests.test_tenancy import ADMIN, call, new_tenant, tenancy_env
 from tests.waiting import wait_until, wait_until_async
 
 A, B = Ticket("a", 0), Ticket("b", 0)
@@ -308,6 +308,9 @@ def test_interactive_overtakes_queued_batch(gw: Any) -> None:
     assert worst < batch_median / 3, (worst, batch_median)
 
 
+OPERATOR = {"Authorization": f"Bearer {ADMIN}"}  # /readyz's detail
+
+
 @pytest.mark.processes
 def test_readyz_reports_saturation(gw: Any) -> None:
     _, url = gw
@@ -318,7 +321,7 @@ def test_readyz_reports_saturation(gw: Any) -> None:
             tasks = [asyncio.create_task(_post(s, url, key, f"r{i}", "batch")) for i in range(20)]
 
             async def saturated() -> dict[str, Any] | None:
-                async with s.get(f"{url}/readyz") as r:
+                async with s.get(f"{url}/readyz", headers=OPERATOR) as r:
                     body: dict[str, Any] = await r.json()
                     body["status"] = r.status
                 return body if body["saturated"] or all(t.done() for t in tasks) else None
@@ -328,7 +331,7 @@ def test_readyz_reports_saturation(gw: Any) -> None:
                 saturated, "/readyz while 20 wait", interval=0.01
             )
             await asyncio.gather(*tasks)
-            async with s.get(f"{url}/readyz") as r:
+            async with s.get(f"{url}/readyz", headers=OPERATOR) as r:
                 body["after"] = await r.json()
                 body["after"]["status"] = r.status
             return body

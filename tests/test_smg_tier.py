@@ -24,6 +24,8 @@ from tests.conftest import Proc, free_port, rules_for_tests, start_engine, start
 from tests.test_e2e_proxy import engine_requests, reset
 from tests.test_streams import ANSWER, chunks, content, sse
 
+METRICS_TOKEN = "metrics-token-0123456789"
+
 pytestmark = [pytest.mark.sglang, pytest.mark.processes]
 
 
@@ -54,7 +56,8 @@ def topology(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
         rules = rules_for_tests()
         for tier in rules["tiers"].values():
             tier.pop("model", None)  # discovered through the router's /v1/models
-        gw, base = start_gateway(Path(tmp_path_factory.mktemp("smg")), rules, routers)
+        env = {"GATEWAY_METRICS_TOKEN": METRICS_TOKEN}  # /readyz's detail
+        gw, base = start_gateway(Path(tmp_path_factory.mktemp("smg")), rules, routers, env)
         procs.append(gw)
         yield {"gateway": base.removesuffix("/healthz"), "workers": workers}
     finally:
@@ -91,7 +94,9 @@ def test_answers_through_the_router_streamed_and_not(topology: dict[str, Any]) -
 
 
 def test_readyz_sees_the_tiers_up(topology: dict[str, Any]) -> None:
-    with urllib.request.urlopen(topology["gateway"] + "/readyz", timeout=5) as r:
+    headers = {"Authorization": f"Bearer {METRICS_TOKEN}"}
+    req = urllib.request.Request(topology["gateway"] + "/readyz", headers=headers)
+    with urllib.request.urlopen(req, timeout=5) as r:
         assert r.status == 200
         body = json.loads(r.read())
     assert body["ready"] is True

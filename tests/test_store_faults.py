@@ -33,7 +33,7 @@ from tests.redis_procs import (
     start_sentinel_rig,
     wait_for,
 )
-from tests.test_tenancy import call, chat, new_tenant, tenancy_env
+from tests.test_tenancy import ADMIN, call, chat, new_tenant, tenancy_env
 
 pytestmark = [pytest.mark.processes, pytest.mark.slow]
 
@@ -41,7 +41,9 @@ DEADLINE = 30.0  # the interactive SLA's deadline: no request may take longer
 
 
 def readyz(base: str) -> dict[str, Any]:
-    with urllib.request.urlopen(f"{base}/readyz", timeout=5) as r:
+    """The detail, for the admin token (the public answer says ready or not)."""
+    req = urllib.request.Request(f"{base}/readyz", headers={"Authorization": f"Bearer {ADMIN}"})
+    with urllib.request.urlopen(req, timeout=5) as r:
         body: dict[str, Any] = json.loads(r.read())
         return body
 

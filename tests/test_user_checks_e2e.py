@@ -19,6 +19,8 @@ import pytest
 
 from tests.conftest import Proc, rules_for_tests, start_gateway
 
+pytestmark = pytest.mark.processes
+
 CHECKS = {
     "no_competitor": {"kind": "contains", "must_not_contain": ["Acme Corp", "acme.com"]},
     "ticket_id": {"kind": "regex", "must_match": "TCK-[0-9]{6}"},

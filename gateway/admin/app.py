@@ -5,7 +5,8 @@ keys, policies, usage, rules, pools, explain, audit, shadow. Every failure leave
 gateway's OpenAI-style error envelope (``{"error": {message, type, param, code}}``):
 a bad body or parameter is a 400 ``invalid_value`` naming the field, bad JSON a 400
 ``invalid_json``. The OpenAPI document is generated (``/openapi.json``, also at
-``/admin/openapi.json``) and browsable at ``/docs``; neither needs the token: they describe
+``/admin/openapi.json``) and browsable at ``/docs`` (Swagger UI served from a package,
+:mod:`gateway.admin.apidocs`: no CDN); neither needs the token: they describe
 the routes' shapes, never data, and the admin listener is private (127.0.0.1 by default;
 docs/deploy.md). A 503 from a store that is down names no address (the log does).
 """
@@ -21,6 +22,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
+from gateway.admin.apidocs import install as install_docs
 from gateway.admin.deps import check_token
 from gateway.admin.live import LiveWindow
 from gateway.admin.routes import ROUTERS
@@ -46,7 +48,7 @@ def create_admin_app(gw: Gateway) -> FastAPI:
         version="1",
         summary="Tenants, keys, policies, usage, rules, pools, explain, audit.",
         openapi_url="/openapi.json",
-        docs_url="/docs",
+        docs_url=None,  # served from a package below (apidocs): no CDN
         redoc_url=None,
         separate_input_output_schemas=False,
         generate_unique_id_function=_operation_id,
@@ -63,6 +65,7 @@ def create_admin_app(gw: Gateway) -> FastAPI:
     app.state.live = LiveWindow()
     for router in ROUTERS:
         app.include_router(router)
+    install_docs(app, app.title)
 
     @app.get("/admin/openapi.json", include_in_schema=False)
     async def admin_openapi() -> Response:

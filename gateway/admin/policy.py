@@ -16,8 +16,9 @@ def policy_problems(p: Policy, rules: Rules) -> list[str]:
             errs.append(f"unknown tier {t!r}")
     if p.default_sla is not None and p.default_sla not in rules.sla_classes:
         errs.append(f"unknown SLA class {p.default_sla!r}")
+    names = (*CHECK_NAMES, *rules.checks.named)
     for c in (*(p.checks_add or ()), *(p.checks_drop or ())):
-        if c not in CHECK_NAMES:
+        if c not in names:
             errs.append(f"unknown check {c!r}")
     if p.rules:
         combined = rules.model_copy(update={"rules": (*p.rules, *rules.rules)})

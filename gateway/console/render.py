@@ -20,6 +20,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 
 from gateway.admin.deps import get_gateway
 from gateway.console.auth import SessionDep, session_csrf
+from gateway.console.examples import FOR_FIELD
 
 HERE = Path(__file__).resolve().parent
 SECURITY_HEADERS = MappingProxyType(
@@ -103,6 +104,7 @@ class Pages:
             lstrip_blocks=True,
         )
         self.env.filters.update({"fmt": fmt, **{f"fmt_{k}": f for k, f in FORMATS.items()}})
+        self.env.globals["examples"] = FOR_FIELD  # what each form offers (console/examples.py)
 
     def html(self, name: str, ctx: dict[str, Any], status: int = 200) -> HTMLResponse:
         body = self.env.get_template(name).render(ctx)

@@ -16,13 +16,10 @@ from fastapi.responses import RedirectResponse
 from gateway.console.auth import CSRF
 from gateway.console.client import Api, ApiDep, ApiError
 from gateway.console.diff import rules_diff
+from gateway.console.examples import EXAMPLE_REQUEST
 from gateway.console.render import ViewDep
 
 router = APIRouter(prefix="/console", include_in_schema=False)
-EXAMPLE_REQUEST = json.dumps(
-    {"model": "auto", "messages": [{"role": "user", "content": "Write a haiku about tea."}]},
-    indent=2,
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +154,12 @@ async def diff_page(view: ViewDep, api: ApiDep, a: str = "", b: str = "") -> Res
     texts = [(await api.get(f"/admin/rules/versions/{v}"))["yaml"] for v in (old, new)]
     d = rules_diff(texts[0], texts[1], f"version {old}", f"version {new}")
     return view("diff.html", tab="rules", **ctx, a=old, b=new, diff=d)
+
+
+@router.get("/rules/rollback")
+async def rollback_url() -> Response:
+    """The roll-back form's address opened as a page: the rules page, never a 405."""
+    return RedirectResponse("/console/rules", status_code=303)
 
 
 @router.post("/rules/rollback", dependencies=[CSRF])

@@ -4,10 +4,17 @@ Each field is looked up once in the decoded body; a field the client did not sen
 dict miss. A bad value is OpenAI's 400: ``invalid_request_error`` with the ``param`` named
 and OpenAI's ``code`` (``invalid_type``, ``decimal_above_max_value``,
 ``integer_below_min_value``...), so the engine never sees it.
+
+So are fields that contradict each other or that no engine could act on (each a 400 that
+an engine would answer, after the body crossed the network and waited for a slot): a
+``tool_choice`` that requires or names a tool when there are no tools (or names one that is
+not among them), ``stream_options`` without ``stream``, an empty content array, a content
+part of a type no chat engine takes, an ``image_url`` part without its URL.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from types import MappingProxyType
 from typing import Any
 
@@ -26,6 +33,12 @@ _DECIMALS = MappingProxyType(
 _INTEGERS = MappingProxyType({"n": (1, 128), "top_logprobs": (0, 20), "seed": (None, None)})
 _BOOLEANS = ("parallel_tool_calls", "store")
 _TOOL_CHOICES = frozenset({"none", "auto", "required"})
+# content part types: OpenAI's, and the engines' own (vLLM's and SGLang's video and audio)
+_PART_TYPES = ("text", "image_url", "input_audio", "file", "refusal", "audio")
+_ENGINE_PART_TYPES = frozenset(("video_url", "audio_url"))
+_NO_TOOLS = (
+    "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified."
+)
 _MAX_STOPS = 4
 _MAX_TEXT_LOGPROBS = 5
 
@@ -160,3 +173,79 @@ def _stream_options(v: object) -> None:
     inc = v.get("include_usage")
     if inc is not None and not isinstance(inc, bool):
         raise bad_type("stream_options.include_usage", "a boolean", inc)
+
+
+def check_stream_options(body: dict[str, Any], stream: bool) -> None:
+    """OpenAI's 400 for ``stream_options`` on a request that does not stream."""
+    if body.get("stream_options") is not None and not stream:
+        raise InvalidField(
+            "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+            param="stream_options",
+            code="invalid_value",
+        )
+
+
+def check_tool_choice(v: object, functions: Collection[str], any_tools: bool) -> None:
+    """A 400 for a ``tool_choice`` the tools cannot satisfy: ``required`` or a named function
+    without tools, or a function that is not among ``functions``."""
+    if v == "required" and not any_tools:
+        raise InvalidField(_NO_TOOLS, param="tool_choice", code="invalid_value")
+    if not isinstance(v, dict) or v.get("type") != "function":
+        return
+    fn = v.get("function")
+    if not isinstance(fn, dict):
+        raise missing("tool_choice.function")
+    name = fn.get("name")
+    if not isinstance(name, str) or not name:
+        raise missing("tool_choice.function.name")
+    if not any_tools:
+        raise InvalidField(_NO_TOOLS, param="tool_choice", code="invalid_value")
+    if name not in functions:
+        raise InvalidField(
+            f"Invalid value for 'tool_choice': no function named '{name}' is in 'tools'.",
+            param="tool_choice",
+            code="invalid_value",
+        )
+
+
+def content_part_text(part: object, param: str) -> str | None:
+    """A content part's text (None for a part without text: an image, audio); a 400 for a
+    part that is not an object, of a type no engine takes, or without what its type needs."""
+    if not isinstance(part, dict):
+        raise bad_type(param, "an object", part)
+    kind = part.get("type")
+    text = part.get("text")
+    if kind is None and isinstance(text, str):
+        return text  # an untyped part with text: read as text, as the engines do
+    if kind == "text" or (kind is None and text is not None):
+        if not isinstance(text, str):
+            raise bad_type(f"{param}.text", "a string", text)
+        return text
+    if kind is None:
+        raise missing(f"{param}.type")
+    if kind not in _PART_TYPES and kind not in _ENGINE_PART_TYPES:
+        listed = ", ".join(f"'{t}'" for t in _PART_TYPES[:-1]) + f", and '{_PART_TYPES[-1]}'"
+        raise InvalidField(
+            f"Invalid value for '{param}.type': {str(kind)[:64]!r}. Supported values are: "
+            f"{listed}.",
+            param=f"{param}.type",
+            code="invalid_value",
+        )
+    if kind == "image_url":
+        _image_url(part.get("image_url"), f"{param}.image_url")
+    return text if isinstance(text, str) else None
+
+
+def _image_url(v: object, param: str) -> None:
+    if v is None:
+        raise missing(param)
+    if isinstance(v, str):  # the short form some clients send: the URL itself
+        url: object = v
+    elif isinstance(v, dict):
+        url = v.get("url")
+    else:
+        raise bad_type(param, "an object", v)
+    if url is None or url == "":
+        raise missing(f"{param}.url" if isinstance(v, dict) else param)
+    if not isinstance(url, str):
+        raise bad_type(f"{param}.url", "a string", url)

@@ -15,7 +15,15 @@ import orjson
 
 from gateway.checks.base import RequestFacts
 from gateway.errors import InvalidField, InvalidJSON
-from gateway.request.fields import bad_type, check_sampling, json_type, missing
+from gateway.request.fields import (
+    bad_type,
+    check_sampling,
+    check_stream_options,
+    check_tool_choice,
+    content_part_text,
+    json_type,
+    missing,
+)
 
 Kind = Literal["chat", "completions"]
 _ROLES = frozenset({"system", "user", "assistant", "tool", "developer", "function"})
@@ -103,6 +111,7 @@ def _common(body: dict[str, Any], chat: bool) -> tuple[str, bool, int | None]:
                 )
             max_tokens = v if max_tokens is None else min(max_tokens, v)
     check_sampling(body, chat)
+    check_stream_options(body, stream is True)
     return model, bool(stream), max_tokens
 
 
@@ -110,16 +119,15 @@ def _content_text(content: object, param: str) -> str:
     if content is None or isinstance(content, str):
         return content or ""
     if isinstance(content, list):
-        parts = []
-        for j, part in enumerate(content):
-            if not isinstance(part, dict):
-                raise bad_type(f"{param}[{j}]", "an object", part)
-            t = part.get("text")
-            if isinstance(t, str):
-                parts.append(t)
-            elif t is not None or part.get("type") == "text":
-                raise bad_type(f"{param}[{j}].text", "a string", t)
-        return "\n".join(parts)
+        if not content:
+            raise InvalidField(
+                f"Invalid '{param}': empty array. Expected an array with minimum length 1, "
+                "but got an empty array instead.",
+                param=param,
+                code="empty_array",
+            )
+        parts = (content_part_text(part, f"{param}[{j}]") for j, part in enumerate(content))
+        return "\n".join(t for t in parts if t is not None)
     raise bad_type(param, "a string or an array of content parts", content)
 
 
@@ -218,6 +226,7 @@ def parse_chat(raw: bytes) -> ClientRequest:
         if role == "user":
             last_user = text
     tools, other_tools = _tools(body)
+    check_tool_choice(body.get("tool_choice"), tools, bool(tools or other_tools))
     json_mode, schema = _response_format(body)
     facts = RequestFacts(max_set, json_mode, schema, tools, other_tools, last_user)
     return ClientRequest(

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.checks.registry import BUILTINS
+from gateway.checks.user import build_user_checks
 from gateway.rules.routes import Route
 from gateway.rules.schema import Rules
 from gateway.rules.tiers import Tier
@@ -45,18 +47,37 @@ def route_settings(route: Route, rules: Rules) -> dict[str, Any]:
     chain = [*firsts, *(t for t in route.fallback if t not in firsts)]
     checks = route.guarded_checks(chained)
     later = [t for t in route.fallback if t in rules.tiers]
+    kinds = check_kinds(checks, rules)
+    holding = [c for c in checks if "holds streams" in kinds.get(c, "")]
+    if holding:
+        hold = f"every stream, to its end: {', '.join(holding)} judge(s) the whole answer first"
+    elif route.hold_back:
+        hold = "every stream"
+    else:
+        hold = "tool calls, a client's JSON schema, n > 1 (a broken one could not be finished)"
     return {
         "tiers": chain,
         "hedge_after": hedge_setting(route),
         "checks": list(checks),
+        "check_kinds": kinds,
         "guards_added": [c for c in checks if c not in route.checks],
         "checks_dropped": list(route.checks_drop),
-        "hold_back": "every stream"
-        if route.hold_back
-        else "tool calls, a client's JSON schema, n > 1 (a broken one could not be finished)",
+        "hold_back": hold,
         "stream_finish": {t: tier_finish(rules.tiers[t]) for t in later},
         "on_last_failure": route.on_last_failure,
     }
+
+
+def check_kinds(names: tuple[str, ...], rules: Rules) -> dict[str, str]:
+    """Each check's kind and what it can do: ``contains: partial (delta), cheap``."""
+    built = build_user_checks({n: s for n, s in rules.checks.named.items() if n in names})
+    out: dict[str, str] = {}
+    for n in names:
+        if n in built:
+            out[n] = f"{rules.checks.named[n].kind}: {built[n].abilities.describe()}"
+        elif n in BUILTINS:
+            out[n] = f"built-in: {BUILTINS[n].abilities.describe()}"
+    return out
 
 
 def rules_settings(rules: Rules) -> dict[str, dict[str, Any]]:

@@ -13,6 +13,7 @@ from types import MappingProxyType
 import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import SecretStr
 
 from gateway.errors import GatewayError, MethodNotAllowed, ModelNotFound, NotFound, Unauthorized
 from gateway.server import drain
@@ -45,6 +46,17 @@ def _metrics_caller(request: web.Request) -> bool:
     token = request.app[GATEWAY].settings.metrics_token
     if token is None:
         return True
+    return _presents(request, token)
+
+
+def _operator(request: web.Request) -> bool:
+    """The request presents the metrics token or the admin token (one that is set)."""
+    s = request.app[GATEWAY].settings
+    # both compared, whichever matches: the time taken says nothing of which is set
+    return any([_presents(request, t) for t in (s.metrics_token, s.admin_token) if t])
+
+
+def _presents(request: web.Request, token: SecretStr) -> bool:
     want = f"Bearer {token.get_secret_value()}".encode()
     return hmac.compare_digest(request.headers.get("Authorization", "").encode(), want)
 
@@ -92,26 +104,28 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
+    """Ready or not, to anyone (a load balancer's probe); the detail (tiers, models and the
+    engines' addresses, the store, saturation) to a caller with the metrics or admin token."""
     if drain.draining(request.app):  # shutting down: new work goes elsewhere, at once
         return web.json_response({"ready": False, "draining": True}, status=503)
-    pools = request.app[GATEWAY].runtime.pools
+    gw = request.app[GATEWAY]
+    pools = gw.runtime.pools
     health = pools.health()
-    ok = any(health.values())
-    models = {name: p.models.state() for name, p in pools.by_tier.items()}
-    if not _metrics_caller(request):  # engine addresses only for the metrics token's holder
-        for m in models.values():
-            if isinstance(replicas := m.pop("replicas", None), dict):
-                m["replicas"] = len(replicas)
     saturated = pools.saturated()
+    ok = any(health.values())
+    if ok and any(saturated.values()) and gw.settings.unready_when_saturated:
+        ok = False  # requests wait here for engine slots: new work should go elsewhere
+    status = 200 if ok else 503
+    if not _operator(request):
+        return web.json_response({"ready": ok}, status=status)
     body = {"ready": ok, "saturated": any(saturated.values()), "tiers": health}
-    store = request.app[GATEWAY].access.store_state()
+    store = gw.access.store_state()
     if store is not None:  # degraded: still ready, serving what it knows (docs/store.md)
         body["store"] = store
-    body |= {"models": models, "saturated_tiers": saturated}
+    body["models"] = {name: p.models.state() for name, p in pools.by_tier.items()}
+    body["saturated_tiers"] = saturated
     body["capabilities"] = all_capabilities(pools)  # what a hosted tier lacks, among others
-    if ok and body["saturated"] and request.app[GATEWAY].settings.unready_when_saturated:
-        ok = False  # requests wait here for engine slots: new work should go elsewhere
-    return web.json_response(body, status=200 if ok else 503)
+    return web.json_response(body, status=status)
 
 
 async def fallthrough(request: web.Request) -> web.Response:

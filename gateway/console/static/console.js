@@ -83,10 +83,22 @@
     });
   }
 
+  function examples() {
+    document.querySelectorAll("button[data-example-for]").forEach((button) => {
+      button.addEventListener("click", () => {
+        const into = document.getElementById(button.dataset.exampleFor);
+        if (!into) return;
+        into.value = button.dataset.example;
+        into.focus();
+      });
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", () => {
     const root = document.querySelector("[data-live-url]");
     if (root) live(root);
     loadFiles();
     confirms();
+    examples();
   });
 })();
