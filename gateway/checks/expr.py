@@ -36,7 +36,7 @@ __all__ = ("Expr", "Path", "evaluate", "parse", "parse_path", "read_path")
 
 _TOKEN: Final = re.compile(
     r"""\s*(?:
-    (?P<num>-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)
+    (?P<num>\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)
    |(?P<str>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')
    |(?P<op>==|!=|<=|>=|\[\*\]|[<>()\[\],.+\-*/%$])
    |(?P<name>[A-Za-z_][A-Za-z0-9_]*)
@@ -207,10 +207,16 @@ class _Parser:
         return e
 
     def _unary(self) -> Expr:
-        if self.peek("-"):
+        signs = 0  # "- - x" read without recursion: a run of signs cannot blow the stack
+        while self.peek("-"):
             self.take()
-            return Expr("neg", (self._unary(),))
-        return self._atom()
+            signs += 1
+        if signs > MAX_DEPTH:
+            raise ValueError("nested too deep")
+        e = self._atom()
+        for _ in range(signs):
+            e = Expr("neg", (e,))
+        return e
 
     def _atom(self) -> Expr:
         kind, v = self.take()
@@ -262,14 +268,20 @@ class _Parser:
             elif self.peek("[*]"):
                 self.take()
                 steps.append(None)
-            elif (
-                self.peek("[") and self.i + 2 < len(self.toks) and self.toks[self.i + 1][0] == "num"
-            ):
-                self.take()
-                steps.append(int(self.take()[1]))
-                self.take("]")
+            elif self.peek("[") and (index := self._index()) is not None:
+                steps.append(index)
             else:
                 return Path(tuple(steps))
+
+    def _index(self) -> int | None:
+        """``[n]`` or ``[-n]`` at the "[" (taken), else None (nothing taken)."""
+        neg = self.i + 1 < len(self.toks) and self.toks[self.i + 1] == ("op", "-")
+        j = self.i + 1 + neg
+        digits = self.toks[j][1] if j + 1 < len(self.toks) else ""
+        if not (digits.isdigit() and self.toks[j + 1][1] == "]"):
+            return None
+        self.i = j + 2
+        return -int(digits) if neg else int(digits)
 
 
 def _unquote(s: str) -> str:

@@ -7,9 +7,10 @@ stream's events are made by :mod:`gateway.server.messages_stream`; an error leav
 Anthropic's shape and types (:func:`error_from`), with the status its SDKs expect: the
 gateway's "saturated" 429 is Anthropic's 529 ``overloaded_error``.
 
-Request: ``system`` (a string or text blocks) -> a system message; ``messages`` (strings,
-or ``text``, ``image``, ``tool_use``, ``tool_result`` blocks; ``thinking`` blocks dropped,
-``cache_control`` ignored) -> chat messages, each ``tool_result`` a ``tool`` message;
+Request: ``system`` (a string or text blocks) -> a system message; ``messages`` (user,
+assistant and system turns: strings, or ``text``, ``image``, ``tool_use``, ``tool_result``
+blocks; ``thinking`` blocks dropped, ``cache_control`` ignored) -> chat messages, each
+``tool_result`` a ``tool`` message;
 ``tools`` (``input_schema``) -> function tools, other tool types passed through;
 ``tool_choice`` (``auto``, ``any``, ``tool``, ``none``, ``disable_parallel_tool_use``);
 ``stop_sequences`` -> ``stop``; ``metadata.user_id`` -> ``user``; ``max_tokens``,
@@ -143,14 +144,16 @@ def _text_of(content: object, param: str) -> str:
 
 def _message(m: dict[str, Any], param: str) -> list[dict[str, Any]]:
     role, content = m.get("role"), m.get("content")
-    if role not in ("user", "assistant"):
+    if role not in ("user", "assistant", "system"):
         raise InvalidField(
-            f"Invalid '{param}.role': {role!r}; expected 'user' or 'assistant'.",
+            f"Invalid '{param}.role': {role!r}; expected 'user', 'assistant' or 'system'.",
             param=f"{param}.role",
             code="invalid_value",
         )
     if content is None:
         raise missing(f"{param}.content")
+    if role == "system":  # a system turn between the others (Claude Code sends them)
+        return [{"role": "system", "content": _text_of(content, f"{param}.content")}]
     if isinstance(content, str):
         return [{"role": role, "content": content}]
     if not isinstance(content, list):
