@@ -27,6 +27,7 @@ CACHE = ROOT / ".cache" / "mermaid"
 # plain SVG text (no HTML labels): the drawing shows the same as an <img> in any browser
 CONFIG = {
     "startOnLoad": False,
+    "htmlLabels": False,
     "theme": "neutral",
     "flowchart": {"htmlLabels": False, "curve": "basis"},
     "fontFamily": "Helvetica, Arial, sans-serif",
@@ -66,8 +67,10 @@ def draw(sources: list[Path]) -> None:
                 text = src.read_text()
                 svg = d.execute_async_script(
                     "const done = arguments[arguments.length - 1];"
-                    "mermaid.render('d' + Date.now(), arguments[0])"
-                    ".then(r => done(r.svg), e => done('error: ' + e));",
+                    "mermaid.render('d' + Date.now(), arguments[0]).then(r => {"
+                    "  const doc = new DOMParser().parseFromString(r.svg, 'text/html');"
+                    "  done(new XMLSerializer().serializeToString(doc.querySelector('svg')));"
+                    "}, e => done('error: ' + e));",
                     text,
                 )
                 if svg.startswith("error: "):

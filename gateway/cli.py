@@ -60,7 +60,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ValueError as e:  # pydantic's ValidationError is a ValueError
         print(f"error: bad settings: {_one_line(e)}", file=sys.stderr)
         return 2
-    from gateway.telemetry.recorder import setup_logging
+    from gateway.telemetry.logs import setup_logging
 
     setup_logging(settings.log_level, settings.access_log)
     path = settings.rules_path()
@@ -119,11 +119,9 @@ def _supervise(settings: Settings, path: Path) -> int:
 
 
 def _serve_one(settings: Settings, rules: Rules, path: Path, self_check: bool) -> int:
-    from aiohttp import web
-
     from engines.launcher import self_check_hook
     from gateway.admin.server import AdminListenError
-    from gateway.serve import build_app
+    from gateway.serve import build_app, run
     from gateway.server.drain import END_GRACE, on_sigterm
 
     app = build_app(settings, rules, path, path.read_text(encoding="utf-8"), _say)
@@ -131,20 +129,8 @@ def _serve_one(settings: Settings, rules: Rules, path: Path, self_check: bool) -
     on_sigterm(app, settings.drain_listen_seconds)
     if self_check:
         app.on_startup.append(self_check_hook(settings.host, settings.port, _say))
-    try:
-        web.run_app(
-            app,
-            host=settings.host,
-            port=settings.port,
-            access_log=None,
-            print=_say,
-            loop=_new_loop(),
-            backlog=4096,
-            handler_cancellation=True,
-            reuse_port=settings.reuse_port or None,
-            shutdown_timeout=settings.drain_seconds + END_GRACE,
-            keepalive_timeout=settings.idle_timeout,
-        )
+    try:  # aiohttp's run_app, its listener under the connection policy
+        run(app, settings, _say, _new_loop(), settings.drain_seconds + END_GRACE)
     except AdminListenError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -39,6 +39,8 @@ status and message, in the envelope above (``gateway.server.replies.engine_error
 
 from __future__ import annotations
 
+from http import HTTPStatus
+
 import orjson
 
 
@@ -223,3 +225,17 @@ def error_payload(err: GatewayError) -> dict[str, object]:
 
 def error_body(err: GatewayError) -> bytes:
     return orjson.dumps(error_payload(err))
+
+
+def closing_response(err: GatewayError, headers: tuple[str, ...] = ()) -> bytes:
+    """``err`` as a whole HTTP/1.1 answer that closes its connection, for a listener that
+    answers before it reads a request (a connection over its cap)."""
+    body = error_body(err)
+    head = [
+        f"HTTP/1.1 {err.status} {HTTPStatus(err.status).phrase}",
+        "Content-Type: application/json",
+        f"Content-Length: {len(body)}",
+        "Connection: close",
+        *headers,
+    ]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body

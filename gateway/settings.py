@@ -103,10 +103,8 @@ class Settings(BaseSettings):
     store_path: str = Field(
         default=".gateway/gateway.db",
         min_length=1,
-        description="the embedded store (no GATEWAY_REDIS_URL): tenants, keys, policies, "
-        "rules versions, usage, shadow records and the audit log in this SQLite file "
-        "(relative to the working directory), shared by --workers N; ':memory:': kept in "
-        "the process and forgotten when it stops (tests)",
+        description="without Redis: the SQLite file that keeps tenants, keys, rules versions, "
+        "usage and the audit log (shared by --workers N); ':memory:': forgotten at exit",
     )
     admin_token: SecretStr | None = None
     metrics_token: SecretStr | None = Field(
@@ -146,7 +144,10 @@ class Settings(BaseSettings):
     )
     rules_watch_interval: float = Field(default=1.0, ge=0, description="0: don't watch the file")
     body_timeout: float = Field(
-        default=30.0, gt=0, le=3600, description="a request body must arrive within this"
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="a request body must arrive within this of its head (every listener)",
     )
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024, le=512 * 1024 * 1024)
     max_body_bytes_in_flight: int = Field(
@@ -160,7 +161,15 @@ class Settings(BaseSettings):
         gt=0,
         le=3600,
         description="a connection is closed after this long without a complete request head "
-        "(an idle keep-alive, a connection that sends nothing, headers that trickle in)",
+        "(an idle keep-alive, a connection that sends nothing, headers that trickle in); "
+        "every listener (data and admin)",
+    )
+    max_connections: int = Field(
+        default=8192,
+        ge=1,
+        le=1_000_000,
+        description="connections each listener of a worker keeps open (data and admin "
+        "apart); one more is answered 503 and closed. Keep both under the open-file limit",
     )
     reserve_max_tokens: int = Field(
         default=4096, ge=1, description="reserved against a budget when a request has no max_tokens"
@@ -234,6 +243,10 @@ class Settings(BaseSettings):
         """Tenant keys are required when a shared store or an admin token is configured."""
         return self.redis_url is not None or self.admin_token is not None
 
+    def connections(self) -> ConnectionPolicy:
+        """The one connection policy of every listener the process opens."""
+        return ConnectionPolicy(self.idle_timeout, self.body_timeout, self.max_connections)
+
     def cors(self) -> frozenset[str]:
         """The origins CORS answers for (``*``: any); empty: CORS is off."""
         return frozenset(o.strip().rstrip("/") for o in self.cors_origins.split(",") if o.strip())
@@ -244,6 +257,20 @@ class Settings(BaseSettings):
             return self.rules
         local = Path("routing_rules.yaml")
         return local if local.is_file() else REPO_RULES
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionPolicy:
+    """What a client's connection may cost, the same on every listener the process opens
+    (the data plane's and the admin API's): a complete request head within
+    ``idle_timeout`` of the connection's opening or of its last answer (an idle
+    keep-alive, a connection that sends nothing, a head that trickles in), a request body
+    within ``body_timeout`` of its head, at most ``max_connections`` open at once (one more
+    is answered 503 and closed)."""
+
+    idle_timeout: float
+    body_timeout: float
+    max_connections: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,13 +46,14 @@ def test_the_redis_store_bounds_expires_and_purges_a_tenants_cache() -> None:
             assert [k for k, _ in await b.entries("t1", 10)] == ["c", "b"]
             assert await b.delete("t1", "b") and not await b.delete("t1", "b")
             for i in range(4):
-                await b.add_vector("t1", "s1", f"k{i}", b"rec", 1e10 + i, keep=2)
-            assert sorted(k for k, _ in await b.vectors("t1", "s1", 0)) == ["k2", "k3"]
-            assert await b.vectors("t1", "s1", 2e10) == []  # past their expiry
-            assert (await b.usage("t1")).vectors == 2
+                await b.put("t1", f"k{i}", b"v", 1e10 + i)
+                assert await b.add_vector("t1", "s1", f"k{i}", b"rec", keep=2)
+            assert [k for k, _ in await b.vectors("t1", "s1", 0, 10)] == ["k2", "k3"]
+            assert await b.vectors("t1", "s1", 2e10, 10) == []  # past their expiry
+            assert (await b.usage("t1")).vectors == 0  # ... and dropped with their entries
             keys = [k.decode() async for k in r.scan_iter(match=prefix + "*")]
             assert keys and all("{t1}" in k for k in keys)  # one hash tag: one cluster slot
-            assert await b.purge("t1") == 1
+            assert await b.purge("t1") == 3  # c, k0 and k1 (not read since they expired)
             assert [k async for k in r.scan_iter(match=prefix + "*")] == []
         finally:
             async for k in r.scan_iter(match=prefix + "*"):

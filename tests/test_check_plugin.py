@@ -18,6 +18,8 @@ import pytest
 
 from tests.conftest import ROOT, rules_for_tests, start_gateway
 
+pytestmark = pytest.mark.processes
+
 EXAMPLE = ROOT / "docs" / "examples" / "polite-check"
 
 

@@ -95,7 +95,12 @@ def test_explain_prints_the_decision(tmp_path: Path) -> None:
     assert out["tiers"] == ["standard"]
     assert out["cls"]["sla_source"] == "header"
     req.write_text(json.dumps({"model": "nope", "messages": [{"role": "user", "content": "x"}]}))
-    r = gateway("explain", "routing_rules.yaml", str(req))
+    r = gateway("explain", "routing_rules.yaml", str(req))  # any name: the "*" alias
+    assert r.returncode == 0 and json.loads(r.stdout)["cls"]["alias"] == "*"
+    strict = yaml.safe_load((ROOT / "routing_rules.yaml").read_text())
+    del strict["aliases"]["*"]  # the strict choice: an unknown name is a 404
+    (tmp_path / "strict.yaml").write_text(yaml.safe_dump(strict))
+    r = gateway("explain", str(tmp_path / "strict.yaml"), str(req))
     assert r.returncode == 1 and "404 model_not_found" in r.stderr
 
 

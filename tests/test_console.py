@@ -480,6 +480,27 @@ def test_every_example_in_a_form_is_accepted(page: WebDriver, gw: Proc) -> None:
     assert offered >= 5
 
 
+def test_no_page_loads_anything_from_elsewhere(page: WebDriver, gw: Proc) -> None:
+    """What the browser really fetched for each page (the Resource Timing list) is all on
+    the admin listener; the API browser draws the API from its packaged Swagger UI."""
+    t = admin_call(gw, "POST", "/admin/tenants", {"name": f"off-{uuid.uuid4().hex[:6]}"})
+    paths = ["/console/tiers", "/console/rules", "/console/tenants", f"/console/tenants/{t['id']}"]
+    paths += ["/console/shadow", "/console/audit", "/docs"]
+    fetched: dict[str, list[str]] = {}
+    for path in paths:
+        page.get(f"{gw.admin}{path}")
+        if path == "/docs":  # drawn by the script: the API's title and its routes
+            wait(
+                page, lambda d: "admin API" in d.find_element(By.CSS_SELECTOR, ".info .title").text
+            )
+            wait(page, lambda d: d.find_elements(By.CSS_SELECTOR, ".opblock"))
+        names = page.execute_script(
+            "return performance.getEntriesByType('resource').map(e => e.name)"
+        )
+        fetched[path] = [n for n in names if not n.startswith(gw.admin)]
+    assert {p: n for p, n in fetched.items() if n} == {}
+
+
 def test_a_refused_policy_shows_every_error(page: WebDriver, gw: Proc) -> None:
     t = admin_call(gw, "POST", "/admin/tenants", {"name": f"p-{uuid.uuid4().hex[:6]}"})
     page.get(f"{gw.admin}/console/tenants/{t['id']}")

@@ -124,6 +124,26 @@ def test_summary_since_start_then_over_the_window() -> None:
     assert hs["queue_waiting"] == 4  # a level, not differenced
 
 
+def test_a_tier_without_traffic_keeps_its_last_busy_window_and_says_how_old() -> None:
+    """Traffic stops: the rate and percentiles stay those of the last minute that had
+    requests (never a blank row of dashes and 0.00/s), and ``over`` says when it ended."""
+    w = LiveWindow(span_s=60, min_s=1)
+    w.read(100.0, read_totals(METRICS))
+    more = METRICS.replace(
+        'tier="highspeed",task="chat",status="200",worker="0"} 3.0',
+        'tier="highspeed",task="chat",status="200",worker="0"} 23.0',
+    ).replace('le="+Inf"} 3.0', 'le="+Inf"} 23.0')
+    busy = summary(w.read(110.0, read_totals(more)), ["highspeed"])["tiers"]["highspeed"]
+    assert busy["over"] == "the last 10 s" and busy["age_s"] == 0.0
+    for t in (140.0, 180.0, 230.0, 300.0):  # polled every so often, no traffic
+        idle = summary(w.read(t, read_totals(more)), ["highspeed"])["tiers"]["highspeed"]
+    # the last window with requests is the one read at 140 (100 -> 140: the 20 answers)
+    assert idle["rate"] == pytest.approx(0.5) and idle["latency_s"] == busy["latency_s"]
+    assert idle["age_s"] == pytest.approx(160.0)
+    assert idle["over"] == "40 s that ended 3 min ago (none since)"
+    assert idle["requests"] == busy["requests"]  # counts since start-up, as ever
+
+
 @pytest.mark.parametrize(
     ("times", "window"),
     [

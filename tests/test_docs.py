@@ -1,4 +1,5 @@
-"""The documentation site builds (``mkdocs build --strict``, offline), its generated reference
+"""The documentation site builds (``mkdocs build --strict``, offline) and loads nothing from
+another machine, its diagrams are drawn from their current sources, its generated reference
 pages match the models they are generated from, and no development history is written
 into the README or into comments under ``gateway/``."""
 
@@ -14,6 +15,8 @@ import types
 from pathlib import Path
 
 import pytest
+
+from tests.offline import css_loads, html_loads
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -45,6 +48,30 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert (tmp_path / "index.html").is_file()
     assert (tmp_path / "reference" / "rules" / "index.html").is_file()
+    # no page of the site loads anything from another machine: no web font, no CDN script,
+    # no Mermaid block (the theme would fetch Mermaid to draw it; diagrams are drawn ahead)
+    found = {
+        str(p.relative_to(tmp_path)): html_loads(p.read_text(encoding="utf-8"))
+        for p in tmp_path.rglob("*.html")
+    }
+    found |= {
+        str(p.relative_to(tmp_path)): css_loads(p.read_text(encoding="utf-8"))
+        for p in tmp_path.rglob("*.css")
+    }
+    assert {page: urls for page, urls in found.items() if urls} == {}
+
+
+def test_every_diagram_is_drawn_from_its_current_source() -> None:
+    """``docs/diagrams/NAME.mmd`` -> ``docs/img/NAME.svg`` (``python -m deploy.diagrams``)."""
+    from deploy.diagrams import stamp
+
+    sources = sorted((ROOT / "docs" / "diagrams").glob("*.mmd"))
+    assert sources
+    for src in sources:
+        svg = ROOT / "docs" / "img" / f"{src.stem}.svg"
+        assert svg.is_file() and svg.read_text().startswith(stamp(src.read_text())), (
+            f"{svg} is stale: python -m deploy.diagrams {src.stem}"
+        )
 
 
 @pytest.mark.parametrize(

@@ -242,8 +242,7 @@ def test_responses_bad_input(oa: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as e:
         oa.responses.create(model="auto", input=[{"type": "item_reference", "id": "x"}])
     assert e.value.param == "input[0].type"
-    with pytest.raises(openai.NotFoundError):
-        oa.responses.create(model="nope", input="x")
+    assert oa.responses.create(model="nope", input="x").status == "completed"  # any name: "*"
 
 
 @pytest.fixture(scope="module")

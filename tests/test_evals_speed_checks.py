@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from evals.checks import kinds as user_kinds
 from evals.checks import run as checks_eval
 from evals.data import build_checks_set
 from evals.speed import run as speed
@@ -109,6 +110,22 @@ def test_checks_recall_on_their_own_categories(checks_run: Path) -> None:
         else:
             assert recall >= 0.9, name
     assert all(c["cost_us_p50"] > 0 for c in raw["checks"].values())
+
+
+def test_checks_report_gives_each_user_kind_cost_against_the_bar(checks_run: Path) -> None:
+    kinds = _raw(checks_run)["user_kinds"]
+    assert kinds["bar_us"] == 50
+    labels = [case.label for case in user_kinds.cases()]
+    assert list(kinds["kinds"]) == labels
+    for k in kinds["kinds"].values():
+        assert 3900 <= k["answer_chars"] <= 4100  # a 1,000-token answer
+        assert 0 < k["cost_us_p50"] <= k["cost_us_p95"]
+        assert k["meets_bar"] is (k["cost_us_p95"] < 50)
+    report = (checks_run / "report.md").read_text()
+    section = report.split("## Cost of the declarative kinds users write", 1)[1]
+    assert "under 50 µs" in section
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "µs" not in line]
+    assert [row.split(" | ")[0][2:] for row in rows] == labels
 
 
 # --- speed ------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from gateway.access.guard import Access
 from gateway.store.base import Store
 from gateway.store.events import (
     KINDS,
+    DemotionChanged,
     Event,
     KeyChanged,
     Resync,
@@ -42,6 +43,7 @@ EXAMPLES: tuple[Event, ...] = (
     RulesChanged(7),
     TenantChanged("ten_1"),
     KeyChanged("digest_1"),
+    DemotionChanged("default", "highspeed", 3),
     Resync(),
     StoreDown(),
 )

@@ -124,6 +124,7 @@ def test_every_rule_of_the_repository_has_its_tail_guarded() -> None:
     assert isinstance(Route.model_fields["hedge_after"].default, str)
 
 
+@pytest.mark.processes
 def test_validate_prints_each_rules_effective_settings() -> None:
     r = gateway("validate", "routing_rules.yaml")
     assert r.returncode == 0, r.stderr
@@ -133,6 +134,7 @@ def test_validate_prints_each_rules_effective_settings() -> None:
     assert "broken stream: standard: continue (prefill)" in lines["default"]
 
 
+@pytest.mark.processes
 def test_explain_shows_the_effective_settings(tmp_path: Path) -> None:
     req = tmp_path / "req.json"
     req.write_text(json.dumps({"model": "auto", "messages": [{"role": "user", "content": "hi"}]}))

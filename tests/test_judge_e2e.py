@@ -14,6 +14,8 @@ import pytest
 from tests.conftest import rules_for_tests, start_engine, start_gateway
 from tests.waiting import wait_until
 
+pytestmark = pytest.mark.processes
+
 GATE = {"kind": "judge", "tier": "judge", "rubric": "Polite and on topic.", "mode": "gate"}
 SCORE = {**GATE, "mode": "score", "timeout": 5.0}
 

@@ -39,7 +39,7 @@ from tests.redis_procs import (
     start_sentinel_rig,
     wait_for,
 )
-from tests.test_store_faults import inflight, store_state
+from tests.test_store_faults import inflight, metric, store_state
 from tests.test_tenancy import new_tenant, tenancy_env
 
 OUTAGE_S = 6.0  # as in the report: Redis back 6 s after it died, its slots' leases still running
@@ -273,7 +273,10 @@ def _served_again(load: Paced, proc: Proc, base: str, back: float) -> None:
     ok_at = time.monotonic()
     assert wait_for(lambda: load.served(since=ok_at) >= 20, timeout=15)
     gap = load.longest_without_a_200(back, time.monotonic())
+    print(f"longest stretch without a 200 after the store came back: {gap:.2f} s")
     assert gap < BACK_WITHIN_S, f"no request served for {gap:.2f} s after the store came back"
+    # there were stale slots (requests that ended while it was away), and they were reclaimed
+    assert metric(base, "gateway_slots_reclaimed_total") > 0
     assert 500 not in {st for st, _, _ in load.done} and "Traceback" not in proc.log()
 
 

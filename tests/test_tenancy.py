@@ -356,14 +356,17 @@ def test_usage_by_tier_and_fallback_reason(replicas: list[str], admins: list[str
     tid, _, key = new_tenant(admins[0])
     chat(replicas[0], key)
     chat(replicas[1], key, "[[highspeed: status=500]]")
+    # the engine refuses the request itself: relayed to the client, no fallback (as the
+    # tiers page counts fallbacks: attempts that failed and went on)
+    assert chat(replicas[0], key, "[[highspeed: status=400]]")[0] == 400
 
     def usage() -> dict[str, Any]:
         body: dict[str, Any] = call(admins[0], "GET", f"/admin/tenants/{tid}/usage")[1]
         return body
 
-    assert until(lambda: usage()["requests"] == 2)
+    assert until(lambda: usage()["requests"] == 3)
     u = usage()
-    assert set(u["tokens_by_tier"]) == {"highspeed", "standard"}
+    assert {t for t, n in u["tokens_by_tier"].items() if n} == {"highspeed", "standard"}
     assert u["fallbacks_by_reason"] == {"http_500": 1}
 
 

@@ -15,6 +15,10 @@ call overhead included). The shared JSON parse memo of ``json_valid``/``json_sch
 defeated (two equal but distinct text objects alternate), so each check pays its own
 parse, as ``json_valid`` does in the gateway; ``json_schema`` there reuses that parse.
 
+A last section gives the cost of each declarative check kind users write (``regex``,
+``contains``, ``length``, ``language``, ``json_assert``) on a 1,000-token answer against
+issue 39's bar (:mod:`evals.checks.kinds`; ``user_kinds`` in ``raw.json``).
+
 Writes ``report.md``, ``raw.json`` and ``checks.png`` (precision/recall bars, cost bars) to
 ``--out`` (default ``results/checks-<UTC stamp>/``) and prints the report.
 """
@@ -32,6 +36,7 @@ from typing import Any
 
 from evals import data
 from evals import report as ru
+from evals.checks import kinds as user_kinds
 from gateway.checks.base import Check, Output, RequestFacts
 from gateway.checks.config import CheckSettings
 from gateway.checks.registry import CHECK_NAMES, build_checks
@@ -322,7 +327,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--out", type=Path, default=None, help="output folder (default results/checks-<UTC stamp>/)"
     )
-    ap.add_argument("--repeats", type=int, default=200, help="timed calls per case and check")
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=200,
+        help="timed calls per case and check; samples per user kind",
+    )
     return ap.parse_args(argv)
 
 
@@ -341,8 +351,12 @@ def main(argv: list[str] | None = None) -> int:
         "repeats": max(a.repeats, 2),
         "median_text_chars": statistics.median(len(c.output.text) for c in cases),
     }
-    report = render(scores, per_case, meta)
-    ru.write_outputs(out, report, raw_json(scores, per_case, meta))
+    kind_costs = user_kinds.measure(max(a.repeats, 2))
+    report = (
+        render(scores, per_case, meta) + "\n" + user_kinds.section(kind_costs, max(a.repeats, 2))
+    )
+    raw = {**raw_json(scores, per_case, meta), "user_kinds": user_kinds.raw(kind_costs)}
+    ru.write_outputs(out, report + "\n", raw)
     plot(scores, out / "checks.png")
     print(report)
     print(f"written to {out}")

@@ -49,7 +49,9 @@ def cell(
     prefilled = [
         p - c
         for p, c in zip(
-            _delta(before, after, "prompt_tokens"), _delta(before, after, "cached_tokens"), strict=True
+            _delta(before, after, "prompt_tokens"),
+            _delta(before, after, "cached_tokens"),
+            strict=True,
         )
     ]
     engine_ttft = [r.engine_ttft_ms for r in ok if r.engine_ttft_ms is not None]
@@ -103,14 +105,21 @@ def bars(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
         oracle = by.get((w, load, "oracle"))
         if w in TIGHT and oracle is not None and gw["hit_rate"] and oracle["hit_rate"]:
             ok = gw["hit_rate"] >= 0.9 * oracle["hit_rate"]
-            add(f"{w} {load}: hit rate >= 90 % of the oracle", gw["hit_rate"], oracle["hit_rate"], ok)
+            add(
+                f"{w} {load}: hit rate >= 90 % of the oracle",
+                gw["hit_rate"],
+                oracle["hit_rate"],
+                ok,
+            )
         if w in reuse and gw4 is not None and gw["hit_rate"] and gw4["hit_rate"] is not None:
             ok = gw4["hit_rate"] >= 0.9 * gw["hit_rate"]
             add(f"{w} {load}: 4 replicas >= 90 % of 1", gw4["hit_rate"], gw["hit_rate"], ok)
     return out
 
 
-def _compare(add: Any, what: str, gw: dict[str, Any], ref: dict[str, Any], key: str, higher: bool) -> None:
+def _compare(
+    add: Any, what: str, gw: dict[str, Any], ref: dict[str, Any], key: str, higher: bool
+) -> None:
     a, b = gw.get(key), ref.get(key)
     ok = None if a is None or b is None else (a >= b if higher else a <= b)
     add(what, a, b, ok)

@@ -171,11 +171,12 @@ def _gateways(n: int) -> Callable[[Engines, argparse.Namespace, Path], Router]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
         env.update(GATEWAY_LOCAL_ENGINES="off", GATEWAY_POOL_HIGHSPEED_URLS=",".join(eng.urls))
         env.update(a.gateway_env)
+        serve = [sys.executable, "-m", "gateway.cli", "serve", "--rules", str(rules_file(out))]
+        serve += ["--host", "127.0.0.1"]
         try:
             for i in range(n):
                 port = free_port()
-                argv = [sys.executable, "-m", "gateway.cli", "serve", "--rules",
-                        str(rules_file(out)), "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
+                argv = [*serve, "--port", str(port)]
                 env["GATEWAY_ADMIN_PORT"] = str(free_port())
                 svc = Service(f"gateway-{n}-{i}", argv, cpus=None, nice=False, logdir=out, env=env)
                 router.services.append(svc)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from evals.report import fmt_num, md_table, pyplot, save_figure
-from evals.routing.workloads import LOADS, WORKLOADS
+from evals.routing.workloads import ANSWER_TOKENS, LOADS, RATES, WORKLOADS
 
 
 def _pct(v: float | None) -> str:
@@ -23,18 +23,15 @@ def _x(v: float | None) -> str:
 
 
 def _setup(s: dict[str, Any]) -> str:
-    rates = ", ".join(
-        f"{w.name} {w.rates[0] * s['rate_scale']:g} / {w.rates[1] * s['rate_scale']:g}"
-        for w in WORKLOADS.values()
-        if w.name in s["workloads"]
-    )
+    rates = " / ".join(f"{r * s['rate_scale']:g}" for r in RATES)
     return (
         f"{s['engines']} simulated SGLang replicas (`engines.sim`, highspeed profile, one "
         f"seed), each with a radix cache of {s['cache_tokens']:,} tokens and "
         f"{s['max_running']} batch slots, at time scale {s['time_scale']:g} (wall s per model "
         f"s); the oracle is one engine with {s['engines']}x the cache, slots and speed. "
-        f"Sessions start open-loop for {s['seconds']:g} model seconds per cell at these rates "
-        f"(sessions per model second, moderate / near capacity): {rates}. Caches are flushed "
+        f"Sessions start open-loop for {s['seconds']:g} model seconds per cell, {rates} "
+        f"requests per model second (moderate / near capacity), each asking for up to "
+        f"{ANSWER_TOKENS} tokens, streamed. Caches are flushed "
         f"and every router started fresh before each cell; the routers take turns on the same "
         f"sessions. Run started {s['started']}, {s['minutes']} min, Python {s['python']}.\n\n"
         f"    {s['command']}"
@@ -47,7 +44,12 @@ def _summary(cells: list[dict[str, Any]], routers: list[str]) -> str:
         for load in LOADS:
             got = {c["router"]: c for c in cells if c["workload"] == w and c["load"] == load}
             if got:
-                rows.append([f"{w} {load}", *(_pct(got[r]["hit_rate"]) if r in got else "-" for r in routers)])
+                rows.append(
+                    [
+                        f"{w} {load}",
+                        *(_pct(got[r]["hit_rate"]) if r in got else "-" for r in routers),
+                    ]
+                )
     return md_table(["workload, load", *routers], rows)
 
 

@@ -38,10 +38,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--loads", default=",".join(LOADS))
     ap.add_argument("--routers", default=",".join(ROUTERS))
     ap.add_argument("--engines", type=int, default=8)
-    ap.add_argument("--cache-tokens", type=int, default=12288, help="each engine's radix cache")
-    ap.add_argument("--max-running", type=int, default=16, help="each engine's batch slots")
+    ap.add_argument("--cache-tokens", type=int, default=32768, help="each engine's radix cache")
+    ap.add_argument("--max-running", type=int, default=4, help="each engine's batch slots")
     ap.add_argument("--time-scale", type=float, default=2.0, help="wall s per model s")
-    ap.add_argument("--seconds", type=float, default=40.0, help="model s of session starts")
+    ap.add_argument("--seconds", type=float, default=10.0, help="model s of session starts")
     ap.add_argument("--rate-scale", type=float, default=1.0, help="x every workload's rates")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=180.0, help="per request, wall s")
@@ -114,13 +114,12 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     cells = run(a, out)
-    setup = {
-        k: v for k, v in vars(a).items() if k not in ("out",) and not k.startswith("_")
-    } | {
+    setup = {k: v for k, v in vars(a).items() if k not in ("out",) and not k.startswith("_")} | {
         "python": platform.python_version(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0)),
         "minutes": round((time.time() - t0) / 60, 1),
-        "command": "python -m evals routing " + " ".join(argv if argv is not None else sys.argv[2:]),
+        "command": "python -m evals routing "
+        + " ".join(argv if argv is not None else sys.argv[2:]),
     }
     result = {"setup": setup, "cells": cells, "bars": figures.bars(cells)}
     (out / "results.json").write_text(json.dumps(result, indent=1) + "\n")

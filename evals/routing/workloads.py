@@ -49,8 +49,11 @@ class Workload:
     name: str
     what: str
     reuse: bool  # a workload with something to reuse (the bars apply), or the control
-    rates: tuple[float, float]  # sessions per model second: moderate, near capacity
-    plan: Callable[[random.Random, float, float], list[Session]]  # (rng, rate, seconds)
+    turns: float  # requests per session, on average
+    plan: Callable[[random.Random, float, float], list[Session]]  # (rng, sessions/s, seconds)
+
+
+ANSWER_TOKENS = 128  # max_tokens of every request (the simulator's answers: ~80 words)
 
 
 def words(rng: random.Random, n: int) -> str:
@@ -88,10 +91,10 @@ def multiturn(rng: random.Random, rate: float, seconds: float) -> list[Session]:
     for start in _starts(rng, rate, seconds):
         system = systems[rng.randrange(len(systems))]
         turns = tuple(
-            Turn(words(rng, rng.randint(40, 80)) + "?", 0.0 if k == 0 else rng.expovariate(0.5))
+            Turn(words(rng, rng.randint(40, 80)) + "?", 0.0 if k == 0 else rng.expovariate(1.0))
             for k in range(6)
         )
-        out.append(Session(start, (("system", system),), turns, 64))
+        out.append(Session(start, (("system", system),), turns, ANSWER_TOKENS))
     return out
 
 
@@ -105,7 +108,7 @@ def agent(rng: random.Random, rate: float, seconds: float) -> list[Session]:
             Turn("Observation: " + words(rng, rng.randint(120, 280)), rng.expovariate(2.0))
             for _ in range(7)
         )
-        out.append(Session(start, (("system", system),), (task, *steps), 48))
+        out.append(Session(start, (("system", system),), (task, *steps), ANSWER_TOKENS))
     return out
 
 
@@ -120,24 +123,27 @@ def tenants(rng: random.Random, rate: float, seconds: float) -> list[Session]:
     for start in _starts(rng, rate, seconds):
         system = systems[_zipf(rng, len(systems), 0.8)]
         question = Turn(words(rng, rng.randint(20, 40)) + "?", 0.0)
-        out.append(Session(start, (("system", system),), (question,), 48))
+        out.append(Session(start, (("system", system),), (question,), ANSWER_TOKENS))
     return out
 
 
+DOC_POPULARITY = (0.3, 0.25, 0.15, 0.12, 0.1, 0.08)
+
+
 def docs(rng: random.Random, rate: float, seconds: float) -> list[Session]:
-    documents = [words(random.Random(f"doc:{i}"), 5000) for i in range(4)]
+    documents = [words(random.Random(f"doc:{i}"), 8000) for i in range(len(DOC_POPULARITY))]
     system = "Answer the question from the document the user gives. Quote it where you can."
     out = []
     for start in _starts(rng, rate, seconds):
-        doc = documents[rng.choices(range(4), (0.4, 0.3, 0.2, 0.1))[0]]
+        doc = documents[rng.choices(range(len(documents)), DOC_POPULARITY)[0]]
         ask = f"Document:\n{doc}\n\nQuestion: {words(rng, rng.randint(15, 30))}?"
-        out.append(Session(start, (("system", system),), (Turn(ask, 0.0),), 48))
+        out.append(Session(start, (("system", system),), (Turn(ask, 0.0),), ANSWER_TOKENS))
     return out
 
 
 def noreuse(rng: random.Random, rate: float, seconds: float) -> list[Session]:
     return [
-        Session(start, (), (Turn(words(rng, rng.randint(500, 800)), 0.0),), 48)
+        Session(start, (), (Turn(words(rng, rng.randint(500, 800)), 0.0),), ANSWER_TOKENS)
         for start in _starts(rng, rate, seconds)
     ]
 
@@ -146,19 +152,21 @@ WORKLOADS = MappingProxyType(
     {
         w.name: w
         for w in (
-            Workload("multiturn", "chats, 4 shared system prompts, 6 turns", True, (1.2, 2.4), multiturn),
-            Workload("agent", "agent loops, 3 prompts of ~3.2k words with tools, 8 steps", True, (0.6, 1.2), agent),
-            Workload("tenants", "48 tenants' own system prompts, single questions", True, (8.0, 16.0), tenants),
-            Workload("docs", "4 documents of 5k words, many questions", True, (6.0, 12.0), docs),
-            Workload("noreuse", "unique prompts of 500-800 words (control)", False, (6.0, 12.0), noreuse),
+            Workload("multiturn", "chats over 4 system prompts, 6 turns", True, 6, multiturn),
+            Workload("agent", "agent loops, 3 prompts with tools, 8 steps", True, 8, agent),
+            Workload("tenants", "48 tenants' own system prompts, questions", True, 1, tenants),
+            Workload("docs", "6 documents of 8k words, questions", True, 1, docs),
+            Workload("noreuse", "unique prompts of 500-800 words", False, 1, noreuse),
         )
     }
-)  # fmt: skip
+)
 LOADS = ("moderate", "near")
+RATES = (45.0, 80.0)  # requests per model second into the fleet: moderate, near capacity
 
 
 def sessions(name: str, load: str, seconds: float, seed: int, scale: float = 1.0) -> list[Session]:
-    """The sessions of workload ``name`` at ``load`` (its rate x ``scale``) over ``seconds``."""
+    """The sessions of workload ``name`` at ``load`` (:data:`RATES` x ``scale`` requests per
+    model second, as sessions of its turns) starting over ``seconds``."""
     w = WORKLOADS[name]
-    rate = w.rates[LOADS.index(load)] * scale
+    rate = RATES[LOADS.index(load)] * scale / w.turns
     return w.plan(random.Random(f"{seed}:{name}:{load}"), rate, seconds)

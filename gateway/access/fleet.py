@@ -18,8 +18,7 @@ import uuid
 
 from gateway.errors import StoreUnavailable
 from gateway.store.base import AdmissionStore
-from gateway.tenancy.limits import divided
-from gateway.tenancy.tenants import Policy
+from gateway.tenancy.tenants import Policy, divided
 
 BEAT_S = 5.0
 BEAT_TTL_MS = 15_000  # three beats: a process that stopped is not counted after this

@@ -6,7 +6,9 @@ failures by check, the queue gauges, and the response cache's hit and miss count
 the gateway has them. :func:`read_totals` sums them over the labels the console does not
 show (task, SLA, tenant, arm, worker ...). A :class:`LiveWindow` remembers recent
 readings, so rates and percentiles are over the last minute rather than since start-up;
-with no earlier reading (the first poll) they are since start-up and say so.
+with no earlier reading (the first poll) they are since start-up and say so. A tier with no
+request in the last minute keeps the figures of its last minute that had some, and says
+how long ago that ended, rather than going blank.
 """
 
 from __future__ import annotations
@@ -147,23 +149,50 @@ def tier_names(totals: Totals, first: Iterable[str]) -> list[str]:
 
 
 @dataclass(frozen=True, slots=True)
+class Busy:
+    """A tier's last window with requests: how long ago it ended, how long it was, and
+    what happened in it."""
+
+    age_s: float
+    window_s: float
+    recent: Totals
+
+
+@dataclass(frozen=True, slots=True)
 class Reading:
     """A reading and, when there is one, what changed over the window before it."""
 
     now: Totals
     recent: Totals | None
     window_s: float | None
+    busy: Mapping[str, Busy] = field(default_factory=dict)  # per tier, its last busy window
+
+
+def _ago(s: float) -> str:
+    return f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.0f} h"
 
 
 def tier_summary(r: Reading, tier: str) -> dict[str, Any]:
-    cur, rec = r.now, r.recent
+    """A tier's figures: counts since start-up; rates and percentiles over the window, or,
+    when the tier had no request in it, over its last window that had some (and ``over``
+    says how old that is): figures that stay meaningful after traffic stops."""
+    cur, rec, window_s, age = r.now, r.recent, r.window_s, 0.0
+    last = r.busy.get(tier)
+    if last is not None and (rec is None or not rec.total("requests", (tier,))):
+        rec, window_s, age = last.recent, last.window_s, last.age_s
     span = rec if rec is not None else cur  # percentiles over the window, else since start
 
     def rate(fig: str) -> float | None:
-        if rec is None or not r.window_s:
+        if rec is None or not window_s:
             return None
-        return rec.total(fig, (tier,)) / r.window_s
+        return rec.total(fig, (tier,)) / window_s
 
+    if rec is None or not window_s:
+        over = "since start-up"
+    elif age < 1:
+        over = f"the last {window_s:.0f} s"
+    else:
+        over = f"{window_s:.0f} s that ended {_ago(age)} ago (none since)"
     return {
         "requests": cur.total("requests", (tier,)),
         "errors": cur.total("errors", (tier,)),
@@ -176,6 +205,8 @@ def tier_summary(r: Reading, tier: str) -> dict[str, Any]:
         "fallbacks": _by(cur, "fallbacks", tier),
         "fallbacks_window": _by(rec, "fallbacks", tier) if rec is not None else None,
         "check_failures": _by(cur, "checks", tier),
+        "over": over,
+        "age_s": age if rec is not None else None,
     }
 
 
@@ -212,14 +243,21 @@ class LiveWindow:
         self.span_s = span_s
         self.min_s = min_s  # closer readings than this make noisy rates: not compared
         self._readings: deque[tuple[float, Totals]] = deque(maxlen=512)
+        self._busy: dict[str, tuple[float, float, Totals]] = {}  # tier -> (when, span, recent)
 
     def read(self, now: float, totals: Totals) -> Reading:
-        """Remember this reading; compare it with the oldest one within the span."""
+        """Remember this reading; compare it with the oldest one within the span, and
+        remember each tier's last window with requests."""
         q = self._readings
         while q and now - q[0][0] > self.span_s:
             q.popleft()
         base = q[0] if q and now - q[0][0] >= self.min_s else None
         q.append((now, totals))
-        if base is None:
-            return Reading(totals, None, None)
-        return Reading(totals, since(totals, base[1]), now - base[0])
+        recent = since(totals, base[1]) if base is not None else None
+        window_s = now - base[0] if base is not None else None
+        if recent is not None and window_s:
+            for (tier,), n in recent.sums.get("requests", {}).items():
+                if n > 0:
+                    self._busy[tier] = (now, window_s, recent)
+        busy = {t: Busy(now - at, w, rec) for t, (at, w, rec) in self._busy.items()}
+        return Reading(totals, recent, window_s, busy)

@@ -53,6 +53,16 @@ class ExplainIn(BaseModel):
     )
 
 
+class DemotionIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    rule: str = Field(min_length=1, max_length=200, description="a rule's name, or 'default'")
+    tier: str = Field(min_length=1, max_length=200)
+    reason: str = Field(default="", max_length=200, description="said in x-gateway-route")
+    ttl_s: float | None = Field(
+        default=None, gt=0, description="seconds until it ends by itself; null: until released"
+    )
+
+
 # -- responses -----------------------------------------------------------------------------
 
 
@@ -130,11 +140,45 @@ class LiveOut(BaseModel):
     tiers: dict[str, Any] = Field(
         description="per tier: requests, errors, rate, error_rate (per second), latency_s and "
         "ttft_s {p50, p95, p99, n}, queue_waiting, shed, fallbacks and fallbacks_window "
-        "(by reason), check_failures (by check)"
+        "(by reason), check_failures (by check); over and age_s: the window the rates and "
+        "percentiles cover (a tier idle over the last minute keeps its last busy one, "
+        "age_s seconds old)"
     )
     cache: dict[str, Any] | None = Field(
         description="the response cache's hits, misses, hit_rate; null: no cache figures"
     )
+
+
+class DemotionOut(BaseModel):
+    rule: str
+    tier: str
+    reason: str
+    since: float = Field(description="Unix time")
+    until: float | None = Field(description="Unix time it ends by itself; null: when released")
+    by: str = Field(description="'circuit <replica>', or the operator who pinned it")
+    pinned: bool = Field(description="an operator's: no probes, never restored by them")
+    version: int = Field(description="the store's record; 0: this process only (no store)")
+    shared: bool = Field(description="recorded in the store: every replica applies it")
+    probes: int = Field(description="probes judged so far by this replica")
+    probes_failed: int
+
+
+class QualityWindowOut(BaseModel):
+    rule: str
+    tier: str
+    answers: int = Field(description="checked answers of the tier on the rule in the window")
+    failed: int = Field(description="those that failed a check")
+    span_s: float
+
+
+class DemotionList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[DemotionOut] = Field(description="the demotions in force")
+    windows: list[QualityWindowOut] = Field(
+        description="this replica's windows: each tier's recent answers per rule"
+    )
+    rules: list[str] = Field(description="the running rules' names ('default' included)")
+    tiers: list[str] = Field(description="the running rules' tiers")
 
 
 class ValidateOut(BaseModel):

@@ -128,11 +128,13 @@ class ResponseCache:
         if look.vec is None:
             return False
         try:
-            records = await self.backend.vectors(ask.tenant, look.scope, time.time())
+            records = await self.backend.vectors(
+                ask.tenant, look.scope, time.time(), sem.max_candidates
+            )
         except StoreUnavailable as e:
             self._unreachable(e)
             return False
-        m = best(look.vec, look.signature, records[-sem.max_candidates :], sem.threshold)
+        m = best(look.vec, look.signature, records, sem.threshold)
         if m is None:
             return False
         entry = await self._get(ask.tenant, m.key)
@@ -211,9 +213,7 @@ class ResponseCache:
             if look.vec is None:
                 return
         rec = record(look.signature, look.vec)
-        await self.backend.add_vector(
-            tenant, look.scope, look.key, rec, entry.expires_at, sem.max_candidates
-        )
+        await self.backend.add_vector(tenant, look.scope, look.key, rec, sem.max_candidates)
 
     # -- the admin API's view ---------------------------------------------------------------------
     async def usage(self, tenant: str) -> Usage:

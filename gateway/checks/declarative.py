@@ -46,7 +46,10 @@ def compile_re2(pattern: str, ignore_case: bool = False) -> Any:
     try:
         return re2.compile(pattern, opts)
     except Exception as e:  # re2.error, and whatever its wrapper raises on bad input
-        raise ValueError(f"pattern {pattern[:60]!r} is not RE2: {e}") from None
+        why = e.args[0] if e.args else e
+        if isinstance(why, bytes):  # re2.error carries RE2's message as bytes
+            why = why.decode("utf-8", "replace")
+        raise ValueError(f"pattern {pattern[:60]!r} is not RE2: {why}") from None
 
 
 class _Named(BaseCheck):
@@ -133,11 +136,35 @@ def _fold(text: str, case_sensitive: bool) -> str:
     return text if case_sensitive else text.casefold()
 
 
-def _phrases(words: tuple[str, ...], case_sensitive: bool) -> Any:
-    alts = "|".join(
-        re.escape(_fold(w, case_sensitive)) for w in sorted(words, key=len, reverse=True)
-    )
-    return re.compile(rf"(?<!\w)(?:{alts})(?!\w)")
+def _wordy(c: str) -> bool:
+    return c.isalnum() or c == "_"
+
+
+class _Phrases:
+    """Phrases on word boundaries: RE2 finds the candidates (one linear pass, no
+    lookaround, which would keep Python's ``re`` from scanning fast), then the characters
+    around a candidate are looked at."""
+
+    __slots__ = ("_rx",)
+
+    def __init__(self, words: tuple[str, ...], case_sensitive: bool):
+        longest_first = sorted(words, key=len, reverse=True)
+        alts = "|".join(re.escape(_fold(w, case_sensitive)) for w in longest_first)
+        self._rx = compile_re2(f"(?:{alts})")
+
+    def search(self, text: str) -> Any:
+        """The first match on word boundaries (a match object), or None."""
+        pos, n = 0, len(text)
+        while (m := self._rx.search(text, pos)) is not None:
+            s, e = m.start(), m.end()
+            if (s == 0 or not _wordy(text[s - 1])) and (e == n or not _wordy(text[e])):
+                return m
+            pos = s + 1
+        return None
+
+
+def _phrases(words: tuple[str, ...], case_sensitive: bool) -> _Phrases:
+    return _Phrases(words, case_sensitive)
 
 
 class ContainsCheck(_Named):
@@ -188,9 +215,9 @@ class ContainsCheck(_Named):
         if len(folded) == len(text):
             return int(m.start())
         lo, hi = 0, len(text)  # the folded text is longer or shorter: find the match's start
-        while lo < hi:  # the largest j whose rest still holds the match
+        while lo < hi:  # the longest prefix that folds to no more than the text before it
             mid = (lo + hi + 1) // 2
-            if self._forbid.search(_fold(text[mid:], self._cs)):
+            if len(_fold(text[:mid], self._cs)) <= m.start():
                 lo = mid
             else:
                 hi = mid - 1
@@ -217,13 +244,25 @@ class PhraseGuard:
         folded = _fold(tail, self._cs)
         for s in range(max(len(folded) - self._longest, 0), len(folded)):
             if (s == 0 or not folded[s - 1].isalnum()) and folded[s:] in self._prefixes:
-                self.holding, self.start = True, state.chars - (len(folded) - s)
+                self.holding, self.start = True, state.chars - _unfolded(tail, s, folded, self._cs)
                 return True
         self.holding = False
         return False
 
     def confirmed(self, state: TextSource) -> bool:
         return False  # the check itself fails when the phrase is complete
+
+
+def _unfolded(tail: str, s: int, folded: str, case_sensitive: bool) -> int:
+    """How many of ``tail``'s last characters fold to ``folded[s:]`` (at least: where
+    folding changed the length, a held phrase starts no later than it does)."""
+    n = len(folded) - s
+    if len(folded) == len(tail):
+        return n
+    return next(
+        (m for m in range(1, len(tail)) if len(_fold(tail[-m:], case_sensitive)) >= n),
+        len(tail),
+    )
 
 
 class LengthCheck(_Named):

@@ -38,7 +38,7 @@ def detect(text: str) -> dict[str, int]:
     """The languages of ``text``, ISO 639-1 (primary subtag) to percent; {} if unsure."""
     try:
         reliable, _, details = pycld2.detect(_sample(text))
-    except pycld2.error:  # invalid UTF-8 (lone surrogates): not judged
+    except (pycld2.error, UnicodeError):  # invalid UTF-8 (lone surrogates): not judged
         return {}
     if not reliable:
         return {}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 import time
 from collections.abc import Mapping
 from typing import Any, Final, Protocol
@@ -123,13 +124,26 @@ class _Remote(BaseCheck):
             return self._error("no time left")
         if not self._circuit.allows(now):
             return self._error("circuit open")
+        probe = self._circuit.probing  # this call is the half-open circuit's one probe
+        asked = False  # past the cap: a failure from here on is the service's
         try:
             async with asyncio.timeout(budget):
                 async with self._cap:
+                    asked = True
                     result = await self._ask(out, req, ctx, budget)
-        except (TimeoutError, RemoteError, OSError, ValueError) as e:
+        except TimeoutError:
+            if asked:
+                self._circuit.record(False, time.monotonic())
+            elif probe:
+                self._circuit.probing = False  # it never asked: the next call probes
+            return self._error("timeout" if asked else "at its concurrency cap")
+        except asyncio.CancelledError:
+            if probe:  # a cancelled probe proved nothing: the next call probes
+                self._circuit.probing = False
+            raise
+        except (RemoteError, OSError, ValueError) as e:
             self._circuit.record(False, time.monotonic())
-            return self._error("timeout" if isinstance(e, TimeoutError) else snippet(str(e), 60))
+            return self._error(snippet(str(e), 60))
         except Exception as e:  # whatever the I/O raised: a verdict is never a 500
             self._circuit.record(False, time.monotonic())
             return self._error(type(e).__name__)
@@ -185,6 +199,7 @@ class WebhookCheck(_Remote):
         return fail(self.name, reason if isinstance(reason, str) and reason else "rejected")
 
 
+_VERDICT: Final = re.compile(r"(PASS|FAIL)\b", re.IGNORECASE)  # "PASS:", not "Passing"
 _JUDGE_SYSTEM: Final = (
     "You grade an assistant's answer against a rubric. Reply with one line: PASS or FAIL, "
     "then a colon and a short reason."
@@ -230,10 +245,10 @@ class JudgeCheck(_Remote):
             {"role": "user", "content": prompt},
         ]
         reply = (await self._io.ask(self._tier, messages, self._max_tokens, budget)).strip()
-        head = reply.lstrip("*# ").upper()
+        word = _VERDICT.match(reply.lstrip("*# "))
         why = reply.split(":", 1)[1].strip() if ":" in reply else reply
-        if head.startswith("PASS"):
+        if word is not None and word.group(1).upper() == "PASS":
             return self._ok
-        if head.startswith("FAIL"):
+        if word is not None:
             return fail(self.name, f"judge: {why or 'FAIL'}")
         raise RemoteError(f"the judge answered neither PASS nor FAIL: {reply[:40]!r}")

@@ -9,10 +9,11 @@ a page leads back to the tenant."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Annotated, Any
 from urllib.parse import quote
 
-from fastapi import APIRouter, Form, Response
+from fastapi import APIRouter, Depends, Form, Response
 from fastapi.responses import RedirectResponse
 
 from gateway.console.auth import CSRF
@@ -73,24 +74,31 @@ async def tenant_view(view: View, api: Api, tenant_id: str, **extra: Any) -> Res
     return view("tenant.html", status, tab="tenants", t=t, usage=usage, policy=policy, **ctx)
 
 
+@dataclass(frozen=True, slots=True)
+class TenantQuery:
+    """A tenant page's query: the usage day, what was just done, a new key to show once
+    (:mod:`gateway.console.reveal`)."""
+
+    day: str = ""
+    done: str = ""
+    shown: str = ""
+
+
 @router.get("/tenants/{tenant_id}")
 async def tenant_page(
     tenant_id: str,
     view: ViewDep,
     api: ApiDep,
     store: RevealsDep,
-    day: str = "",
-    done: str = "",
-    shown: str = "",
+    q: Annotated[TenantQuery, Depends()],
 ) -> Response:
-    """``shown``: a new key to show once (:mod:`gateway.console.reveal`); on a refresh it
-    is gone, and the page says so."""
-    new_key = await take(store, shown) if shown else None
+    """A new key is shown once; on a refresh it is gone, and the page says so."""
+    new_key = await take(store, q.shown) if q.shown else None
     if new_key is not None and new_key.get("tenant_id") != tenant_id:
         new_key = None
-    gone = bool(shown) and new_key is None
+    gone = bool(q.shown) and new_key is None
     return await tenant_view(
-        view, api, tenant_id, day=day, done=done or None, new_key=new_key, key_gone=gone
+        view, api, tenant_id, day=q.day, done=q.done or None, new_key=new_key, key_gone=gone
     )
 
 

@@ -122,7 +122,7 @@ class Dispatcher:
         (:meth:`complete`), or a stream past its first token to relay (:meth:`stream`)."""
         p = eff.policy
         ticket = Ticket.of(eff.tenant_id, d.cls.sla, p.priority_shift or 0, p.share_weight or 1)
-        call = self.call(req, d, time.monotonic() + d.deadline, ticket)
+        call = self.call(req, d, time.monotonic() + d.deadline, ticket, p.review is False)
         if req.stream:
             return await self.stream(call)
         return await self.complete(call)
@@ -139,10 +139,15 @@ class Dispatcher:
         return Reserve(c.prompt_tokens + out, math.ceil(usd * 1e6))
 
     def call(
-        self, req: ClientRequest, d: RouteDecision, deadline_at: float, ticket: Ticket = ANYONE
+        self,
+        req: ClientRequest,
+        d: RouteDecision,
+        deadline_at: float,
+        ticket: Ticket = ANYONE,
+        review_opt_out: bool = False,
     ) -> Call:
         checks = tuple(self._checks[n] for n in d.checks)
-        return Call(req, d, deadline_at, checks, ticket, self._checks)
+        return Call(req, d, deadline_at, checks, ticket, self._checks, review_opt_out)
 
     # -- the two ways through the tiers ------------------------------------------------------
     async def complete(self, call: Call) -> Outcome:

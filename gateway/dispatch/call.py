@@ -9,6 +9,7 @@ from typing import Any
 
 from gateway.checks.base import Check, StreamGuard, TextSource
 from gateway.request.model import ClientRequest
+from gateway.request.prefix import PromptKey
 from gateway.routing.router import RouteDecision
 from gateway.upstream.failures import CheckFailed
 from gateway.upstream.pools import Pool
@@ -26,6 +27,7 @@ class Call:
     checks: tuple[Check, ...]
     ticket: Ticket = ANYONE  # who asks (tenant, priority band): the pools' queue order
     registry: Mapping[str, Check] = field(default_factory=dict)  # every check, by name
+    review_opt_out: bool = False  # the tenant's policy keeps it out of the review queue
 
     def good_prefix(self, e: CheckFailed, text: str, finish_reason: str | None) -> int | None:
         """Where the good text before ``e`` ends in ``text``: what the failed check says
@@ -50,8 +52,9 @@ class Call:
         return PATHS[self.req.kind]
 
     @property
-    def affinity(self) -> int:
-        return self.req.affinity
+    def affinity(self) -> PromptKey:
+        """The prompt's routing key (its prefixes; :mod:`gateway.request.prefix`)."""
+        return self.req.key or PromptKey.of_hash(self.req.affinity)
 
     def path_for(self, pool: Pool) -> str:
         return RESPONSES_PATH if self.native(pool) else PATHS[self.req.kind]

@@ -176,7 +176,7 @@ class Completer:
                     bad = s.live.maybe_run(s.state)
                     if bad is not None and s.checks_failed is None:
                         if not how.deliver:
-                            raise check_failed(bad)
+                            raise check_failed(bad, s.state.text())
                         s.checks_failed = bad
                     if ahead is not None:
                         ahead.watch(s)
@@ -212,7 +212,7 @@ class Completer:
             if bad is None:
                 continue
             if not how.deliver:
-                raise check_failed(bad)
+                raise check_failed(bad, out.text)
             trail.checks_failed = bad.check
             return
         for out in outputs(call.req.kind, answer):
@@ -336,7 +336,8 @@ class _Ahead:
             return
         check = self.guard.confirmed(state)
         if check is not None:
-            raise CheckFailed("the text it held confirmed a failure", check, self.guard.start)
+            detail = "the text it held confirmed a failure"
+            raise CheckFailed(detail, check, self.guard.start, state.text())
         if cont.wants_ahead and state.plain and state.resumable:
             at = self.guard.start
             tokens = state.tokens_for(at)

@@ -123,7 +123,7 @@ class StreamOpener:
                 bad = await self._hold_back(call, s, how, cfg.hold_back_ms)
             if bad is not None:
                 if not how.deliver:
-                    raise check_failed(bad)
+                    raise check_failed(bad, s.state.text())
                 s.checks_failed = bad
                 trail.checks_failed = bad.check
         except TimeoutError:

@@ -33,12 +33,13 @@ class Failure:
     timeout: bool
     seconds: float = 0.0
     check: str | None = None  # the check that failed, if a check failed
+    text: str | None = None  # the answer that failed it (bounded): for the review queue
 
     @classmethod
     def of(cls, tier: str, e: AttemptFailed, seconds: float = 0.0) -> Failure:
         v = verdict(e)
-        check = e.check if isinstance(e, CheckFailed) else None
-        return cls(tier, v.reason_of(e), e.detail, v.timeout, seconds, check)
+        check, text = (e.check, e.text) if isinstance(e, CheckFailed) else (None, None)
+        return cls(tier, v.reason_of(e), e.detail, v.timeout, seconds, check, text)
 
     def short(self) -> str:
         return f"{self.tier}:{self.reason}"

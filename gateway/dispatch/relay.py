@@ -200,14 +200,14 @@ class StreamRelay:
                     rate.check(state.emitted, time.monotonic() - self.blocked_s)
                 bad = live.maybe_run(state)
                 if bad is not None:
-                    raise _Broken(check_failed(bad))
+                    raise _Broken(check_failed(bad, state.text()))
                 out = complete if splice is None else splice.rewrite(data_payloads(complete))
                 if state.usage is not usage and self._strip and splice is None:
                     out = drop_usage(out)
                 if guard is not None and guard.update(state):  # a candidate loop: hold it
                     check = guard.confirmed(state)
                     if check is not None:
-                        raise _Broken(CheckFailed(_HELD, check, guard.start))
+                        raise _Broken(CheckFailed(_HELD, check, guard.start, state.text()))
                     if guard.ahead and self._cont.wants_ahead and state.resumable:
                         prefix = state.text()[: min(guard.start, self.sent_chars)]
                         self._cont.open_ahead(self.tier, prefix, self.sent_tokens, False)

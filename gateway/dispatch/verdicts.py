@@ -13,14 +13,14 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from gateway.checks.base import Check, CheckContext, CheckResult, Cost, Output
 from gateway.dispatch.call import Call
 from gateway.telemetry.recorder import Telemetry
 
 log = logging.getLogger("gateway.dispatch")
-Reported = Callable[[Call, Output, CheckResult], None]
+Reported = Callable[[Call, Output, CheckResult], Awaitable[None]]
 REPORT_MAX_S = 120.0  # a report-only check is given at most this (its own timeout first)
 MAX_REPORTS = 256  # report-only checks running at once, per process: more are skipped
 
@@ -76,7 +76,7 @@ class Verdicts:
         res = await self._awaited(c, out, call, ctx)
         if self.reported is not None:
             try:
-                self.reported(call, out, res)
+                await self.reported(call, out, res)
             except Exception:  # a listener's fault is logged, never the request's
                 log.exception("a report-only verdict's listener failed")
 

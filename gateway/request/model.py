@@ -24,6 +24,7 @@ from gateway.request.fields import (
     json_type,
     missing,
 )
+from gateway.request.prefix import PromptKey, chat_key, text_key
 
 Kind = Literal["chat", "completions"]
 _ROLES = frozenset({"system", "user", "assistant", "tool", "developer", "function"})
@@ -40,6 +41,7 @@ class ClientRequest:
     cue_text: str  # the text the classifier searches for cues (last user turn / prompt)
     prompt_chars: int  # size of the whole prompt, for the token estimate
     affinity: int = 0  # hash of the prompt's head: same head -> same replica (prefix cache)
+    key: PromptKey | None = None  # the prompt's prefixes, for replica choice (prefix.py)
     max_tokens: int | None = None  # max_tokens / max_completion_tokens, when the client set one
     # the client's own Responses API body (``body`` is its chat translation): sent as it is
     # to tiers whose engines serve the Responses API
@@ -204,6 +206,7 @@ def parse_chat(raw: bytes) -> ClientRequest:
     chars = 0
     last_user = ""
     head = ""
+    said: list[tuple[str, str]] = []  # (role, text): the prompt's routing key
     for i, m in enumerate(messages):
         if not isinstance(m, dict):
             raise bad_type(f"messages[{i}]", "an object", m)
@@ -221,6 +224,7 @@ def parse_chat(raw: bytes) -> ClientRequest:
             raise missing(f"messages[{i}].content")
         text = _content_text(content, f"messages[{i}].content")
         chars += len(text)
+        said.append((role, text))
         if i == 0:
             head = text[:256]
         if role == "user":
@@ -238,6 +242,7 @@ def parse_chat(raw: bytes) -> ClientRequest:
         cue_text=last_user,
         prompt_chars=chars,
         affinity=_affinity(head),
+        key=chat_key(said),
         max_tokens=max_tokens,
     )
 
@@ -282,5 +287,6 @@ def parse_completion(raw: bytes) -> ClientRequest:
         cue_text=text,
         prompt_chars=len(text),
         affinity=affinity,
+        key=text_key(text),
         max_tokens=max_tokens,
     )

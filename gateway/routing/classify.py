@@ -6,8 +6,8 @@ arguments. Explicit hints win over the request's shape:
 
 1. headers ``x-gateway-task`` / ``x-gateway-sla`` / ``x-gateway-tier``, and a tier
    alias in ``model`` (``auto``, ``fast``, ``standard`` ... from ``aliases``; a name no
-   alias or tier names takes the first alias pattern that matches it, ``"*"`` any name,
-   and is a 404 ``model_not_found`` where none does);
+   alias or tier names takes the most specific alias pattern that matches it, ``"*"``
+   any name, and is a 404 ``model_not_found`` where none does);
 2. shape: tools -> agent step; JSON ``response_format`` -> extraction;
 3. the operator's cues in the rules: code (fences, FIM markers, language keywords),
    summarization (a long prompt with a summarise verb), reasoning;
@@ -176,10 +176,10 @@ class Classifier:
         if served is None:
             served = {n: t.model for n, t in rules.tiers.items() if t.model is not None}
         self._model_tiers = {model: name for name, model in served.items()}
-        # aliases with a wildcard, in the file's order: a name nothing else names takes the first
-        self._patterns = tuple(
-            (k, v) for k, v in rules.aliases.items() if any(ch in k for ch in "*?[")
-        )
+        # aliases with a wildcard, the most specific first (the most characters that are not
+        # wildcards; ties in the file's order): "claude-*haiku*" before "claude-*" before "*"
+        patterns = [(k, v) for k, v in rules.aliases.items() if any(ch in k for ch in "*?[")]
+        self._patterns = tuple(sorted(patterns, key=lambda kv: -len(kv[0].strip("*?"))))
         names: set[str] = set()
         for r in rules.rules:
             names.update(k.lower() for k in (r.when.headers or {}))

@@ -8,7 +8,10 @@ hold the request (its estimated prompt and ``max_tokens`` against their context 
 :mod:`gateway.routing.fit`) are left out; when none can, a 400. Unavailable
 tiers (circuit open, or every replica failing its health probe) are skipped; when every
 tier is unavailable, the last one of the chain is still tried, because answering 503
-without trying is worse than a probe.
+without trying is worse than a probe. A tier the quality circuit demoted for the rule
+(:mod:`gateway.quality`) is skipped too, unless the client pinned it, it is the chain's
+last, or this request is one of its probes (the caller's ``draw`` under the rule's
+``probe_share``).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from gateway.routing.classify import Classification, quote
 from gateway.routing.fit import Limits, Need, described, fit
 from gateway.rules.cache import CacheRule
 from gateway.rules.schema import Route, Rule, Rules, When
+from gateway.store.demotions import Demotion
 from gateway.tenancy.tenants import OPEN, Effective
 
 
@@ -39,10 +43,21 @@ class RouteDecision:
     hedge_after: float | str | None = None  # seconds without a first token, or "auto"
     arm: str | None = None  # the canary arm of a split rule (the metrics' "arm" label)
     cache: CacheRule | None = None  # the rule's response cache (gateway.cache)
+    demoted: tuple[str, ...] = ()  # tiers the quality circuit took out of this request's chain
 
     @property
     def route_header(self) -> str:
         return f"{self.rule}; {self.cls.describe()}; {self.reason}"
+
+
+@dataclass(frozen=True, slots=True)
+class Demoted:
+    """The quality circuit's demotions as one request sees them: the records by (rule,
+    tier), and the request's uniform draw in [0, 1) (under the rule's ``probe_share``: it is
+    a probe, and tries the demoted tiers as before)."""
+
+    by_key: Mapping[tuple[str, str], Demotion]
+    draw: float = 1.0
 
 
 def _in(values: tuple[str, ...] | None, v: str | None) -> bool:
@@ -108,8 +123,9 @@ class Router:
         healthy: Mapping[str, bool],
         eff: Effective = OPEN,
         windows: Mapping[str, int] | None = None,
+        demoted: Demoted | None = None,
     ) -> RouteDecision:
-        """``windows``: each tier's known context window (default: the rules' own)."""
+        """``windows``: the tiers' known context windows (default: the rules'); ``demoted``."""
         p = eff.policy
         # a policy is checked against the rules it was written under; a later rules version
         # may lack a tier or SLA class it names: that part of it is ignored, and said
@@ -142,6 +158,7 @@ class Router:
             why.append(f"fallback off ({eff.who('fallback_enabled')})")
         chain = self._fit(chain, c, self._declared if windows is None else windows, why)
         checks = _checks(rule.guarded_checks(len(chain) > 1), eff)  # the guards need a fallback
+        chain, out = self._undemoted(chain, rule, name, hint, demoted, why)
         tiers = _available(chain, healthy, why, lacking)
         sla = self._rules.sla_classes[c.sla]
         return RouteDecision(
@@ -157,7 +174,40 @@ class Router:
             hedge_after=rule.hedge_after,
             arm=arm,
             cache=rule.cache,
+            demoted=out,
         )
+
+    def _undemoted(
+        self,
+        chain: tuple[str, ...],
+        rule: Route,
+        name: str,
+        pinned: str | None,
+        demoted: Demoted | None,
+        why: list[str],
+    ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """``chain`` less the tiers demoted for rule ``name`` (said in ``why``) and those
+        tiers; a probe keeps them, and a pinned tier or the last one is never skipped."""
+        if demoted is None or not demoted.by_key:
+            return chain, ()
+        by_key = demoted.by_key
+        found = [(t, d) for t in chain if (d := by_key.get((name, t))) is not None]
+        if not found:
+            return chain, ()
+        probe = demoted.draw < self._rules.quality_of(rule).probe_share
+        out: list[str] = []
+        for t, d in found:
+            if t == pinned:
+                why.append(f"demoted {t} kept: pinned ({d.reason})")
+            elif probe and not d.pinned:
+                why.append(f"probe {t} (demoted: {d.reason})")
+            else:
+                out.append(t)
+        if len(out) == len(chain):  # nothing would be left: the last tier answers all the same
+            last = out.pop()
+            why.append(f"demoted {last} kept: the last tier ({by_key[(name, last)].reason})")
+        why.extend(f"demoted {t}: {by_key[(name, t)].reason}" for t in out)
+        return tuple(t for t in chain if t not in out), tuple(out)
 
     def _fit(
         self, chain: tuple[str, ...], c: Classification, windows: Mapping[str, int], why: list[str]

@@ -53,15 +53,14 @@ class RulesControl:
         apply: Callable[[Rules], None],
         prepare: Callable[[Rules, str], Rules] | None,
         watch_interval: float,
-        file_first: bool = False,
     ):
         """``prepare``: what the gateway makes of a parsed version before it is stored (its
         settings' overrides applied, what it names checked: RulesError if it cannot run),
         in the worker thread with the parse; ``apply`` must not fail after it.
-        ``file_first`` (the embedded store): a rules file edited while the gateway was
-        stopped becomes a new version at start (:meth:`_file_changed`)."""
+        Set :attr:`file_first` before :meth:`start` where the rules file is the operator's
+        own (the embedded store, one machine)."""
         self.store = store
-        self._file_first = file_first
+        self.file_first = False  # a rules file edited while stopped: a new version at start
         self.path = path
         self.text = text
         self.version = 0  # 0: not stored (no store configured)
@@ -88,7 +87,7 @@ class RulesControl:
             try:
                 async with self._changing:
                     await self._claim("startup")
-                if self._file_first:
+                if self.file_first:
                     await self._file_changed(file_text)
             except StoreUnavailable as e:
                 log.warning("rules: store unreachable at start (%s); using %s", e, self.path)

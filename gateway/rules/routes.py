@@ -17,6 +17,7 @@ from pydantic import Field, field_validator
 from gateway.checks.registry import BUILTINS
 from gateway.rules.base import Strict
 from gateway.rules.cache import CacheRule
+from gateway.rules.quality import QualitySettings
 
 GUARDS: Final[tuple[str, ...]] = tuple(
     name for name, cls in BUILTINS.items() if not cls.abilities.opt_in
@@ -81,6 +82,11 @@ class Route(Strict):
         default=(), description="guards this rule does without (e.g. [repetition])"
     )
     cache: CacheRule | None = None  # keep answers that passed (gateway.rules.cache)
+    quality: QualitySettings | None = Field(
+        default=None,
+        description="this rule's quality circuit: the fields it names change the top-level "
+        "quality section's for this rule",
+    )
     hold_back: bool = Field(
         default=False,
         description="hold back the first tokens of every stream of this rule (it is on by "

@@ -34,6 +34,8 @@ from gateway.rules.classification import (
     TaskClass,
 )
 from gateway.rules.dispatching import Dispatch
+from gateway.rules.quality import QualitySettings
+from gateway.rules.review import ReviewSettings
 from gateway.rules.routes import GUARDS, Arm, Route, Rule, When
 from gateway.rules.tiers import (
     Circuit,
@@ -58,6 +60,7 @@ __all__ = (
     "ModelSettings",
     "Price",
     "Provider",
+    "QualitySettings",
     "ReasoningCues",
     "Route",
     "Rule",
@@ -92,6 +95,13 @@ class Rules(Strict):
     default: Route
     checks: CheckSettings = CheckSettings()
     dispatch: Dispatch = Dispatch()
+    quality: QualitySettings = QualitySettings()
+    review: ReviewSettings = ReviewSettings()
+
+    def quality_of(self, route: Route) -> QualitySettings:
+        """The quality circuit's settings of one rule (the top-level section, with the
+        fields the rule's own ``quality:`` names)."""
+        return self.quality.over(route.quality)
 
     def with_endpoints(self, overrides: dict[str, tuple[str, ...]]) -> Rules:
         """A copy whose tiers use ``overrides`` (tier name -> URLs) as endpoints."""
@@ -219,6 +229,19 @@ def cross_check(r: Rules) -> list[str]:
             tier(f"{path}.when.tier_hint[{j}]", t)
     route("default", r.default)
     errs.extend(_user_check_errors(r))
+    errs.extend(_quality_errors(r))
+    return errs
+
+
+def _quality_errors(r: Rules) -> list[str]:
+    """The quality circuit's settings, and each rule's (merged with them), are usable."""
+    routes: list[tuple[str, Route | None]] = [("quality", None), ("default.quality", r.default)]
+    routes += [(f"rules[{i}].quality", x) for i, x in enumerate(r.rules)]
+    errs = []
+    for path, route in routes:
+        bad = (r.quality if route is None else r.quality_of(route)).problem()
+        if bad is not None and (route is None or route.quality is not None):
+            errs.append(f"{path}: {bad}")
     return errs
 
 

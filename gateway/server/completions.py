@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -110,7 +111,9 @@ async def handle(request: web.Request, ep: Endpoint) -> web.StreamResponse:
             finally:
                 if t.ex.cache is not None:
                     t.ex.cache.done()
-                gw.telemetry.record(t.ex.record())
+                rec = t.ex.record()
+                gw.telemetry.record(rec)
+                gw.quality.observe(rec)  # the quality circuit counts its tiers' answers
                 if gw.telemetry.tracing:
                     t.ex.annotate(span)
 
@@ -120,7 +123,7 @@ async def _serve(t: _Turn) -> web.StreamResponse:
     try:
         eff = ex.eff = await gw.access.authenticate(authorization(t.request.headers))
         req = t.ep.parse(await read_body(t.request, gw.settings))
-        d = ex.d = rt.route(req, t.request.headers, eff)
+        d = ex.d = rt.route(req, t.request.headers, eff, gw.quality.for_request())
         ex.models = rt.pools.served()  # who answered, by the tier that did (headers, log)
         if eff.policy.cost_budget is not None:  # only tiers whose answers can be priced
             d = ex.d = priced_route(d, rt.pools)
@@ -181,6 +184,7 @@ async def _answer(t: _Turn, req: ClientRequest, out: Outcome) -> web.Response:
     ex.trail, ex.tier, ex.usage, ex.cost = out.trail, out.tier, out.usage, out.cost
     if ex.eff is not None:
         _maybe_shadow(t, req, lambda: answer_text(req.kind, orjson.loads(out.body)))
+        _maybe_review(t, req, lambda: answer_text(req.kind, orjson.loads(out.body)))
     headers = ex.headers()
     headers[H_REQUEST_ID] = ex.rid
     if ex.admission is not None and ex.eff is not None and ex.eff.tenant_id is not None:
@@ -222,6 +226,7 @@ async def _relay(t: _Turn, relay: StreamRelay) -> web.StreamResponse:
             ex.error = "stream_broken"
         else:
             _maybe_shadow(t, relay.call.req, relay.start.state.text)
+            _maybe_review(t, relay.call.req, relay.start.state.text)
             if ex.cache is not None:
                 ex.cache.keep_stream(relay)
         _account(gw, ex)
@@ -281,6 +286,19 @@ def _maybe_shadow(t: _Turn, req: ClientRequest, text: Callable[[], str]) -> None
         )
 
 
+def _maybe_review(t: _Turn, req: ClientRequest, text: Callable[[], str]) -> None:
+    """A sample of the answered requests whose way had a failed check, to the review
+    queue (after the answer, in the background)."""
+    ex, rt = t.ex, t.rt
+    eff, d = ex.eff, ex.d
+    if eff is None or d is None or not rt.review.wanted(ex.trail, eff.policy.review is False):
+        return
+    assert ex.trail is not None
+    took = time.perf_counter() - ex.t0
+    item = rt.review.caught(req, d, ex.trail, ex.tier, text(), eff.tenant_id, took)
+    t.gw.spawn(rt.review.keep(item))
+
+
 def _account(gw: Gateway, ex: Exchange) -> asyncio.Task[None] | None:
     """Free the concurrency slot, count the usage and settle the budget hold (tenants
     only), in a task of its own."""
@@ -288,7 +306,9 @@ def _account(gw: Gateway, ex: Exchange) -> asyncio.Task[None] | None:
     ex.slot = None  # once: every exit path calls this
     if slot is None or eff is None or eff.tenant_id is None:
         return None
-    why = ex.trail.fallback_reason if ex.trail is not None else ex.error
+    # a fallback is an attempt that failed and went on, as the tiers page counts them: an
+    # error answered to the client (a relayed engine 400, a limit) is none
+    why = ex.trail.fallback_reason if ex.trail is not None else None
     return gw.spawn(gw.access.done(eff, slot, ex.tier, ex.usage, why, ex.cost))
 
 

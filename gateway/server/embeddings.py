@@ -61,7 +61,7 @@ async def embeddings(request: web.Request) -> web.Response:
             gw.telemetry.record(ex.record())
             eff, slot = ex.eff, ex.slot
             if slot is not None and eff is not None and eff.tenant_id is not None:
-                gw.spawn(gw.access.done(eff, slot, ex.tier, ex.usage, ex.error, ex.cost))
+                gw.spawn(gw.access.done(eff, slot, ex.tier, ex.usage, None, ex.cost))
 
 
 async def _serve(request: web.Request, rt: Runtime, ex: Exchange) -> web.Response:

@@ -144,6 +144,7 @@ class Exchange:
             cache=self.cache.result if self.cache is not None else None,
             model=d.cls.model if d else "",
             served_model=self.models.get(self.tier, ""),
+            checks_failed=t.checks_failed if t else None,
         )
 
     def annotate(self, span: trace.Span) -> None:

@@ -125,6 +125,7 @@ async def readyz(request: web.Request) -> web.Response:
     body["models"] = {name: p.models.state() for name, p in pools.by_tier.items()}
     body["saturated_tiers"] = saturated
     body["capabilities"] = all_capabilities(pools)  # what a hosted tier lacks, among others
+    body["quality"] = gw.quality.state()  # tiers demoted per rule, and the windows judging them
     return web.json_response(body, status=status)
 
 

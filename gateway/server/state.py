@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import secrets
+import socket
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -28,10 +30,12 @@ from gateway.checks.registry import build_checks
 from gateway.checks.user import build_user_checks
 from gateway.dispatch.attempts import Dispatcher
 from gateway.dispatch.checkio import CheckIO, WebhookClient
+from gateway.dispatch.review import Review
 from gateway.dispatch.shadow import Shadow
+from gateway.quality import QualityCircuit
 from gateway.request.model import ClientRequest
 from gateway.routing.classify import Classifier, check_model
-from gateway.routing.router import RouteDecision, Router
+from gateway.routing.router import Demoted, RouteDecision, Router
 from gateway.routing.textmodel import ModelFiles
 from gateway.rules.control import RulesControl
 from gateway.rules.schema import Rules
@@ -58,15 +62,20 @@ class Runtime:
     pools: Pools
     dispatcher: Dispatcher
     shadow: Shadow
+    review: Review
     models_body: bytes
 
     def route(
-        self, req: ClientRequest, headers: Mapping[str, str], eff: Effective
+        self,
+        req: ClientRequest,
+        headers: Mapping[str, str],
+        eff: Effective,
+        demoted: Demoted | None = None,
     ) -> RouteDecision:
         """Classify the request and choose its route, with the tiers' health and known
-        context windows as of now."""
+        context windows as of now, and the quality circuit's demotions (``demoted``)."""
         c = self.classifier.classify(req, headers)
-        return self.router.decide(c, self.pools.health(), eff, self.pools.windows())
+        return self.router.decide(c, self.pools.health(), eff, self.pools.windows(), demoted)
 
     def in_use(self) -> _InUse:
         """``with rt.in_use():`` a request uses this snapshot: its pools are closed only
@@ -101,6 +110,7 @@ class Gateway:
     cache: ResponseCache | None = None  # built with the gateway (gateway.cache)
     model_files: ModelFiles = field(default_factory=ModelFiles)  # the classifier's weights
     webhooks: WebhookClient = field(default_factory=WebhookClient)  # the webhook checks' client
+    quality: QualityCircuit = field(init=False)  # the quality circuit (gateway.quality)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
     @classmethod
@@ -131,6 +141,8 @@ class Gateway:
         for p in pools.by_tier.values():
             p.on_models = lambda: gw.models_changed(pools)
         gw.cache = build_cache(settings, store, tel, gw.spawn)
+        replica = f"{socket.gethostname()}/{os.getpid()}"
+        gw.quality = QualityCircuit(rules, store, replica, gw.spawn)
         return gw
 
     def use_rules(self, rules: Rules) -> None:
@@ -146,6 +158,7 @@ class Gateway:
             grace = max((t.timeouts.total for t in old.rules.tiers.values()), default=60)
             self.spawn(old.pools.retire(grace))
         old_dispatcher = old.dispatcher
+        self.quality.use_rules(rules)
         self.runtime = _runtime(
             rules, pools, self.telemetry, self.store, self.model_files, self.webhooks
         )
@@ -192,10 +205,11 @@ class Gateway:
             self.use_rules,
             self.prepare_rules,
             self.settings.rules_watch_interval,
-            file_first=self.settings.redis_url is None,  # one machine: its file is the operator's
         )
+        self.control.file_first = self.settings.redis_url is None  # one machine: its file
         await self.control.start()
         if self.store is not None:
+            await self.quality.load()  # the fleet's demotions, before the first request
             self.spawn(self._listen())
         if self.settings.metrics_dir is not None:
             self.spawn(self._share_metrics(self.settings.metrics_dir))
@@ -210,7 +224,10 @@ class Gateway:
 
     def _own_metrics(self) -> bytes:
         return (
-            self.telemetry.prometheus() + self.runtime.pools.prometheus() + self.access.prometheus()
+            self.telemetry.prometheus()
+            + self.runtime.pools.prometheus()
+            + self.access.prometheus()
+            + self.quality.prometheus()
         )
 
     async def _share_metrics(self, folder: Path) -> None:
@@ -224,6 +241,7 @@ class Gateway:
         assert self.store is not None
         async for ev in self.store.events():
             self.access.on_event(ev)
+            self.quality.on_event(ev)
             match ev:
                 case RulesChanged() | Resync() if self.control is not None:
                     self.spawn(self.control.resync())  # a long parse holds up no revocation
@@ -258,6 +276,8 @@ def _runtime(
     io = CheckIO(pools, webhooks, tel)
     checks = {**build_checks(rules.checks), **build_user_checks(rules.checks.named, io)}
     dispatcher = Dispatcher(pools, checks, rules.dispatch, tel)
+    review = Review(store, rules.review)
+    dispatcher.verdicts.reported = review.on_verdict
     served = pools.served()
     return Runtime(
         rules=rules,
@@ -266,6 +286,7 @@ def _runtime(
         pools=pools,
         dispatcher=dispatcher,
         shadow=Shadow(pools, store, tel),
+        review=review,
         models_body=_models_body(rules, served),
     )
 

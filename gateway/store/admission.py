@@ -45,11 +45,10 @@ from gateway.tenancy.limits import (
     Reserve,
     admission_from_lua,
     budget_period,
-    divided,
     hold_for,
     period_ttl,
 )
-from gateway.tenancy.tenants import Policy
+from gateway.tenancy.tenants import Policy, divided
 
 log = logging.getLogger("gateway.store")
 

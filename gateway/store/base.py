@@ -2,10 +2,10 @@
 
 One small protocol per concern — :class:`TenantStore`, :class:`KeyStore`,
 :class:`AdmissionStore`, :class:`UsageStore`, :class:`AuditStore`, :class:`ShadowStore`,
-:class:`RevealStore`, :class:`EventBus`, and the rules' own
+:class:`RevealStore`, :class:`DemotionStore`, :class:`EventBus`, and the rules' own
 :class:`gateway.rules.control.RulesVersions` — joined as :class:`Store`. Each concern is
 one module holding its implementations (``tenants``, ``keys``, ``admission``, ``usage``,
-``records``, ``reveals``, ``versions``, ``events``), joined three times:
+``records``, ``reveals``, ``versions``, ``demotions``, ``events``), joined three times:
 
 * :class:`gateway.store.redis_store.RedisStore` — shared by every gateway replica: one
   Redis, a Sentinel-watched master or a Cluster, through one connection helper
@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gateway.rules.control import RulesVersions
+from gateway.store.demotions import Demotion
 from gateway.store.events import Event
 from gateway.store.health import StoreHealth
 from gateway.tenancy.limits import NO_RESERVE, Admission, Hold, Reserve
@@ -119,12 +120,44 @@ class ShadowStore(Protocol):
     async def shadow_records(self, limit: int = 1000) -> list[dict[str, Any]]: ...
 
 
+class ReviewStore(Protocol):
+    """The review queue: a sample of what the quality gate caught, for people to label
+    (:mod:`gateway.store.review`); at most ``cap`` items, none older than ``ttl_s``."""
+
+    async def push_review(self, item: dict[str, Any], cap: int, ttl_s: float) -> None: ...
+    async def reviews(
+        self, limit: int = 100, check: str | None = None, label: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Newest first; ``label`` "none": the unlabeled ones."""
+        ...
+
+    async def review(self, rid: str) -> dict[str, Any] | None: ...
+    async def label_review(
+        self, rid: str, label: str, by: str, at: float
+    ) -> dict[str, Any] | None: ...
+
+
 class RevealStore(Protocol):
     """A value kept for one reading (a new key the console shows once), then gone; gone
     after ``ttl_s`` unread too (:mod:`gateway.store.reveals`)."""
 
     async def put_reveal(self, token: str, doc: bytes, ttl_s: float) -> None: ...
     async def take_reveal(self, token: str) -> bytes | None: ...
+
+
+class DemotionStore(Protocol):
+    """The quality circuit's demotions, shared by every replica (:mod:`gateway.store.demotions`)."""
+
+    async def demote(self, d: Demotion, replace: bool = False) -> Demotion:
+        """Record ``d`` unless a live demotion of its rule and tier is there and not
+        ``replace``; the record that holds afterwards (numbered by the store)."""
+
+    async def restore(self, rule: str, tier: str, version: int | None = None) -> Demotion | None:
+        """End the demotion of ``rule`` and ``tier`` (only if it is ``version``, when given):
+        the record ended, or None."""
+
+    async def demotions(self) -> list[Demotion]:
+        """The live demotions (not past their ``until``)."""
 
 
 class EventBus(Protocol):
@@ -143,8 +176,10 @@ class Store(
     UsageStore,
     AuditStore,
     ShadowStore,
+    ReviewStore,
     RevealStore,
     RulesVersions,
+    DemotionStore,
     EventBus,
     Protocol,
 ):

@@ -9,6 +9,9 @@ The events, one frozen value per kind; a consumer ``match``es on them::
     TenantChanged(tenant_id)   a tenant was created, changed (name, policy) or deleted
     KeyChanged(digest)         an API key was added or deleted (revoked, rotated, its tenant
                                deleted)
+    DemotionChanged(rule, tier, version)
+                               the quality circuit demoted a tier for a rule (``version``:
+                               the record's), or its demotion ended (``version`` 0)
     Resync()                   this subscriber is (re)subscribed: whatever it may have
                                missed meanwhile, it re-reads
     StoreDown()                this subscriber lost the channel; it reconnects by itself
@@ -72,6 +75,14 @@ class KeyChanged:
 
 
 @dataclass(frozen=True, slots=True)
+class DemotionChanged:
+    rule: str
+    tier: str
+    version: int  # the demotion's record; 0: it ended (restored, released, expired)
+    tag: ClassVar[str] = "demotion"
+
+
+@dataclass(frozen=True, slots=True)
 class Resync:
     tag: ClassVar[str] = "resync"
 
@@ -87,10 +98,17 @@ class Unknown:
     data: Mapping[str, Any] = field(default_factory=dict)  # the rest of the message
 
 
-Known = RulesChanged | TenantChanged | KeyChanged | Resync | StoreDown
+Known = RulesChanged | TenantChanged | KeyChanged | DemotionChanged | Resync | StoreDown
 Event = Known | Unknown
 
-KINDS: tuple[type[Known], ...] = (RulesChanged, TenantChanged, KeyChanged, Resync, StoreDown)
+KINDS: tuple[type[Known], ...] = (
+    RulesChanged,
+    TenantChanged,
+    KeyChanged,
+    DemotionChanged,
+    Resync,
+    StoreDown,
+)
 
 
 @dataclass(frozen=True, slots=True)

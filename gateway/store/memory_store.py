@@ -4,11 +4,13 @@ process, forgotten when it stops; tests), each concern's in-process part joined.
 from __future__ import annotations
 
 from gateway.store.admission import MemoryAdmission
+from gateway.store.demotions import MemoryDemotions
 from gateway.store.events import MemoryEvents
 from gateway.store.health import StoreHealth
 from gateway.store.keys import MemoryKeys
 from gateway.store.records import MemoryAudit, MemoryShadow
 from gateway.store.reveals import MemoryReveals
+from gateway.store.review import MemoryReview
 from gateway.store.tenants import MemoryTenants
 from gateway.store.usage import MemoryUsage
 from gateway.store.versions import MemoryRules
@@ -21,8 +23,10 @@ class MemoryStore(
     MemoryUsage,
     MemoryAudit,
     MemoryShadow,
+    MemoryReview,
     MemoryReveals,
     MemoryRules,
+    MemoryDemotions,
     MemoryEvents,
 ):
     """Everything in this process; nothing survives a restart. Never degraded."""

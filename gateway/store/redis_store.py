@@ -11,12 +11,14 @@ from typing import Any
 
 from gateway.settings import Settings, store_target
 from gateway.store.admission import RedisAdmission
+from gateway.store.demotions import RedisDemotions
 from gateway.store.events import RedisEvents
 from gateway.store.health import StoreHealth
 from gateway.store.keys import RedisKeys
 from gateway.store.records import RedisAudit, RedisShadow
 from gateway.store.redis_conn import RedisConn
 from gateway.store.reveals import RedisReveals
+from gateway.store.review import RedisReview
 from gateway.store.tenants import RedisTenants
 from gateway.store.usage import RedisUsage
 from gateway.store.versions import RedisRules
@@ -29,8 +31,10 @@ class RedisStore(
     RedisUsage,
     RedisAudit,
     RedisShadow,
+    RedisReview,
     RedisReveals,
     RedisRules,
+    RedisDemotions,
     RedisEvents,
 ):
     """The shared store. ``url``: any ``GATEWAY_REDIS_URL`` (one Redis, Sentinel, Cluster)."""

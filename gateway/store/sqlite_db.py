@@ -59,6 +59,15 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE TABLE fleet (member TEXT PRIMARY KEY, until_ms INTEGER NOT NULL)",
         "CREATE TABLE reveals (token TEXT PRIMARY KEY, until REAL NOT NULL, doc BLOB NOT NULL)",
     ),
+    (  # 2: the quality circuit's demotions (gateway.store.demotions)
+        "CREATE TABLE demotions (rule TEXT NOT NULL, tier TEXT NOT NULL, doc BLOB NOT NULL,"
+        " PRIMARY KEY (rule, tier)) WITHOUT ROWID",
+    ),
+    (  # 3: the review queue (gateway.store.review)
+        "CREATE TABLE review (id TEXT PRIMARY KEY, at REAL NOT NULL, check_name TEXT,"
+        " label TEXT, doc BLOB NOT NULL)",
+        "CREATE INDEX review_by_time ON review (at)",
+    ),
 )
 
 

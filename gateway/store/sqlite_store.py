@@ -15,11 +15,13 @@ import sqlite3
 import time
 
 from gateway.store.admission import SqliteAdmission
+from gateway.store.demotions import SqliteDemotions
 from gateway.store.events import SqliteEvents
 from gateway.store.health import StoreHealth
 from gateway.store.keys import SqliteKeys
 from gateway.store.records import SqliteAudit, SqliteShadow
 from gateway.store.reveals import SqliteReveals
+from gateway.store.review import SqliteReview
 from gateway.store.sqlite_db import SqliteDb
 from gateway.store.tenants import SqliteTenants
 from gateway.store.usage import SqliteUsage
@@ -35,8 +37,10 @@ class SqliteStore(
     SqliteUsage,
     SqliteAudit,
     SqliteShadow,
+    SqliteReview,
     SqliteReveals,
     SqliteRules,
+    SqliteDemotions,
     SqliteEvents,
 ):
     """The file at ``path`` (created with its folder; migrated to this gateway's schema).

@@ -46,6 +46,7 @@ class RequestRecord:
     cache: str | None = None  # "hit/exact", "miss", "bypass/no-cache"; None: no cache rule
     model: str = ""  # the model name the client sent
     served_model: str = ""  # the model the answering tier's engines were sent (its own name)
+    checks_failed: str | None = None  # the check the delivered answer failed (the last tier)
 
 
 def access_fields(r: RequestRecord) -> dict[str, Any]:

@@ -10,8 +10,9 @@
 * **Traces** follow the OpenTelemetry GenAI semantic conventions where they exist
   (``gen_ai.*``) and ``gateway.*`` otherwise: one span per request, a child span per
   attempt and per check. With no OTLP endpoint the tracer is the API's no-op tracer.
-* **Logs** are JSON lines with the request id; prompts and keys are never logged. What a
-  request leaves for all three is one :class:`~gateway.telemetry.record.RequestRecord`.
+* **Logs** are JSON lines with the request id; prompts and keys are never logged; refused
+  and failed requests' lines are sampled (:mod:`gateway.telemetry.logs`). What a request
+  leaves for all three is one :class:`~gateway.telemetry.record.RequestRecord`.
 
 Metric and attribute names live here, as constants.
 """
@@ -21,13 +22,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-import orjson
 from opentelemetry import trace
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.sdk.metrics import MeterProvider
@@ -37,10 +36,11 @@ from opentelemetry.sdk.resources import Resource
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gateway.checks.base import Check, CheckResult, Output, RequestFacts
+from gateway.telemetry import logs
 from gateway.telemetry.cache_meters import CacheMeters
-from gateway.telemetry.context import REQUEST_ID
 from gateway.telemetry.histograms import Histogram, HistogramCollector
-from gateway.telemetry.record import RequestRecord, access_fields
+from gateway.telemetry.logs import MALFORMED, AccessLines
+from gateway.telemetry.record import RequestRecord
 
 # -- names -------------------------------------------------------------------------------------
 M_REQUESTS = "gateway_requests"
@@ -187,12 +187,17 @@ class Telemetry:
         self._tenants: set[str] = set()
         self._interval = flush_interval
         self._task: asyncio.Task[None] | None = None
+        self._lines = AccessLines(access_log)  # refused and failed requests' lines: sampled
+        self._unfilter: Callable[[], None] | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._flusher())
+        self._unfilter = logs.install(lambda: self._pending.append(MALFORMED))
 
     async def close(self) -> None:
+        if self._unfilter is not None:
+            self._unfilter()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -214,6 +219,7 @@ class Telemetry:
                     await asyncio.sleep(0)
                     until = time.perf_counter() + _SLICE_S
             self._add(sums)
+            self._lines.tick(time.monotonic())
 
     # -- the hot path: O(1), no OTel calls -------------------------------------------------------
     def record(self, rec: RequestRecord) -> None:
@@ -229,10 +235,7 @@ class Telemetry:
 
     def _one(self, rec: RequestRecord, sums: _Sums) -> None:
         self._record(rec, sums)
-        if access_log.isEnabledFor(logging.INFO):
-            access_log.info("request", extra={"fields": access_fields(rec)})
-        elif rec.failures or rec.status >= 500 or rec.error_code:
-            access_log.warning("request", extra={"fields": access_fields(rec)})
+        self._lines.write(rec)
 
     @staticmethod
     def _add(sums: _Sums) -> None:
@@ -364,36 +367,3 @@ def _otlp_tracer(endpoint: str, resource: Resource) -> Any:
         BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint.rstrip("/") + "/v1/traces"))
     )
     return provider
-
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message, the request being served
-    (``request_id``, from :data:`gateway.telemetry.context.REQUEST_ID`) and the record's
-    fields."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        doc: dict[str, Any] = {
-            "ts": round(record.created, 6),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        rid = REQUEST_ID.get()
-        if rid != "-":
-            doc["request_id"] = rid
-        fields = getattr(record, "fields", None)
-        if isinstance(fields, dict):
-            doc.update(fields)
-        if record.exc_info:
-            doc["exc"] = self.formatException(record.exc_info)
-        return orjson.dumps(doc, default=str).decode()
-
-
-def setup_logging(level: str = "info", access: bool = True) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter())
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    logging.getLogger("gateway.access").setLevel(logging.INFO if access else logging.WARNING)
-    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)

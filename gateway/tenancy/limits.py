@@ -23,7 +23,6 @@ per-replica fallback while Redis is unreachable).
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
@@ -92,26 +91,6 @@ def period_ttl(period: str) -> int:
 
 
 ALLOW = Admission(ok=True)
-
-
-def divided(p: Policy, n: int) -> Policy:
-    """``p`` with each limit divided among ``n`` processes (rounded up, at least 1): what
-    each process's own limiter enforces when they cannot count together."""
-
-    def part(v: int | None) -> int | None:
-        return None if v is None else max(1, math.ceil(v / n))
-
-    update: dict[str, object] = {
-        "requests_per_minute": part(p.requests_per_minute),
-        "tokens_per_minute": part(p.tokens_per_minute),
-        "max_concurrent_requests": part(p.max_concurrent_requests),
-    }
-    if p.token_budget is not None:
-        tokens = part(p.token_budget.tokens)
-        update["token_budget"] = p.token_budget.model_copy(update={"tokens": tokens})
-    if p.cost_budget is not None:
-        update["cost_budget"] = p.cost_budget.model_copy(update={"usd": p.cost_budget.usd / n})
-    return p.model_copy(update=update)
 
 
 def budget_period(period: str, now: float) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -54,6 +55,10 @@ class Policy(BaseModel):
     token_budget: TokenBudget | None = None
     cost_budget: CostBudget | None = None
     shadow_rate: float | None = Field(default=None, ge=0, le=1)
+    review: bool | None = Field(
+        default=None,
+        description="false: none of this tenant's requests is kept in the review queue",
+    )
     priority_shift: int | None = Field(
         default=None, ge=-2, le=2, description="queue band shift: -1 = one band earlier"
     )
@@ -74,6 +79,26 @@ class Policy(BaseModel):
 
 
 POLICY_FIELDS = tuple(Policy.model_fields)
+
+
+def divided(p: Policy, n: int) -> Policy:
+    """``p`` with each limit divided among ``n`` processes (rounded up, at least 1): what
+    each process's own limiter enforces when they cannot count together."""
+
+    def part(v: int | None) -> int | None:
+        return None if v is None else max(1, math.ceil(v / n))
+
+    update: dict[str, object] = {
+        "requests_per_minute": part(p.requests_per_minute),
+        "tokens_per_minute": part(p.tokens_per_minute),
+        "max_concurrent_requests": part(p.max_concurrent_requests),
+    }
+    if p.token_budget is not None:
+        tokens = part(p.token_budget.tokens)
+        update["token_budget"] = p.token_budget.model_copy(update={"tokens": tokens})
+    if p.cost_budget is not None:
+        update["cost_budget"] = p.cost_budget.model_copy(update={"usd": p.cost_budget.usd / n})
+    return p.model_copy(update=update)
 
 
 class Tenant(BaseModel):

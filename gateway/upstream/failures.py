@@ -206,10 +206,12 @@ class CheckFailed(AttemptFailed):
     text ends, when the failure knew it (a stream guard that confirmed the text it held);
     otherwise the check itself is asked (``Check.good_prefix``)."""
 
-    def __init__(self, detail: str, check: str, at: int | None = None):
+    def __init__(self, detail: str, check: str, at: int | None = None, text: str | None = None):
         super().__init__(detail)
         self.check = check
         self.at = at
+        self.text = None if text is None else text[:KEPT_TEXT_CHARS]
+        """The answer (or the text so far) that failed, for the review queue: bounded."""
 
 
 # -- the gateway's side of the tier -------------------------------------------------------
@@ -266,6 +268,9 @@ def kept(e: AttemptFailed) -> AttemptFailed:
     return e.with_traceback(None)
 
 
-def check_failed(result: CheckResult) -> CheckFailed:
-    """A failed check's result as its failure."""
-    return CheckFailed(result.reason, result.check)
+KEPT_TEXT_CHARS = 16_384  # what a failure keeps of the answer that failed its check
+
+
+def check_failed(result: CheckResult, text: str | None = None) -> CheckFailed:
+    """A failed check's result as its failure (``text``: the answer that failed it)."""
+    return CheckFailed(result.reason, result.check, text=text)

@@ -5,8 +5,9 @@ The only module that knows upstream URLs. Each pool talks to its replicas throug
 tests pass an in-memory one).
 
 A request takes a slot in the pool's queue (:mod:`.scheduler`), then a replica
-(:func:`.replicas.choose`: prefix affinity within a bounded load); consecutive upstream
-failures open the pool's circuit (:mod:`.circuit`).
+(:class:`.affinity.RouteBook`: where its prompt's prefix was sent, else its home by
+rendezvous hashing, within a bounded load); consecutive upstream failures open the pool's
+circuit (:mod:`.circuit`).
 
 Health: a background probe per pool asks every replica's ``/health`` each
 ``health.interval`` seconds (and scrapes ``/metrics``); a replica that fails a probe,
@@ -25,11 +26,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gateway.request.prefix import PromptKey
 from gateway.rules.schema import Tier
+from gateway.upstream.affinity import RouteBook
 from gateway.upstream.circuit import Circuit
 from gateway.upstream.discovery import ModelBook, model_ids, model_windows
 from gateway.upstream.failures import AnswerTimeout, AttemptFailed, ConnectFailed, ContextExceeded
-from gateway.upstream.replicas import Replica, choose, parse_metrics
+from gateway.upstream.replicas import Replica, parse_metrics
 from gateway.upstream.responses_events import RESPONSES_PATH, ResponsesAsChat
 from gateway.upstream.scheduler import Gate, Ticket
 from gateway.upstream.transport import (
@@ -63,6 +66,7 @@ class Pool:
     models: ModelBook = field(default_factory=lambda: ModelBook(None))
     on_models: Callable[[], None] | None = None  # the model it sends changed (discovery)
     gate: Gate = field(default_factory=lambda: Gate(None))
+    book: RouteBook = field(default_factory=RouteBook)  # where prompts went, per head figures
     _probe: asyncio.Task[None] | None = field(default=None)
 
     @classmethod
@@ -176,11 +180,16 @@ class Pool:
             return False
         return any(r.up for r in self.replicas)
 
-    def choose(self, affinity: int) -> Replica:
-        """The replica for a prompt head's hash (:func:`~gateway.upstream.replicas.choose`)."""
-        return choose(self.replicas, affinity, self.tier.affinity_slack)
+    def choose(self, key: PromptKey | int) -> Replica:
+        """The replica for a prompt's key (:meth:`~.affinity.RouteBook.choose`); a bare hash
+        (an embedding's input) is a key of its own."""
+        if isinstance(key, int):
+            key = PromptKey.of_hash(key)
+        return self.book.choose(self.replicas, key, self.tier.affinity_slack)
 
-    async def acquire(self, ticket: Ticket, affinity: int, until: float) -> tuple[Replica, float]:
+    async def acquire(
+        self, ticket: Ticket, affinity: PromptKey | int, until: float
+    ) -> tuple[Replica, float]:
         """A slot in this pool (waiting in its queue, at most until ``until``), then the
         replica: the slot and the replica's in-flight count are the caller's to give back
         with :meth:`release`. Returns the replica and the seconds queued."""

@@ -80,12 +80,17 @@ def parse_metrics(text: bytes) -> dict[str, float]:
     return out
 
 
+def score(key: int, seed: int) -> int:
+    """A replica's rendezvous (highest random weight) score for a key: the replica with the
+    highest score for a key is its home, the same in every process."""
+    x = (key ^ seed) * 0x9E3779B97F4A7C15 & _M64  # seed is well mixed already
+    return x ^ (x >> 29)
+
+
 def choose(replicas: list[Replica], affinity: int, slack: float) -> Replica:
-    """Rendezvous (highest random weight) hashing of the prompt's head (``affinity``) with
-    bounded load: the highest-scoring replica whose load stays within (1 + ``slack``) x
-    the mean (``tiers.<t>.affinity_slack``).
-    Every gateway replica ranks the engines alike for a prefix, and an engine joining
-    or leaving moves only the prefixes it wins or held."""
+    """Rendezvous hashing of a hash (``affinity``) with bounded load: the highest-scoring
+    replica whose load stays within (1 + ``slack``) x the mean. A pool chooses with its
+    :class:`~gateway.upstream.affinity.RouteBook`, which starts from this ranking."""
     if len(replicas) == 1:
         return replicas[0]
     live = [r for r in replicas if r.up] or replicas  # all down: try anyway, a probe may lag
@@ -93,8 +98,7 @@ def choose(replicas: list[Replica], affinity: int, slack: float) -> Replica:
     bound = math.ceil((1 + slack) * (sum(loads) + 1) / len(live))
     best, best_score = None, -1
     for r, load in zip(live, loads, strict=True):
-        x = (affinity ^ r.seed) * 0x9E3779B97F4A7C15 & _M64  # r.seed is well mixed already
-        score = x ^ (x >> 29)
-        if score > best_score and load + 1 <= bound:
-            best, best_score = r, score
+        s = score(affinity, r.seed)
+        if s > best_score and load + 1 <= bound:
+            best, best_score = r, s
     return best or min(live, key=lambda r: r.load)

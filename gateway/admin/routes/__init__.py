@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from gateway.admin.routes import cache, keys, live, ops, rules, tenants
+from gateway.admin.routes import cache, keys, live, ops, quality, review, rules, tenants
 
 ROUTERS: tuple[APIRouter, ...] = (
     tenants.router,
@@ -13,4 +13,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     rules.router,
     ops.router,
     live.router,
+    quality.reader,
+    quality.router,
+    review.router,
 )

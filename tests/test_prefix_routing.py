@@ -1,0 +1,83 @@
+"""Replica choice by the prompt's prefixes: the routing key of a prompt
+(``gateway/request/prefix.py``) and the route book a pool chooses with
+(``gateway/upstream/affinity.py``)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from gateway.request.model import parse_chat
+from gateway.request.prefix import BLOCK, PromptKey, chat_key, text_key
+from gateway.rules.schema import Tier
+from gateway.upstream.affinity import RouteBook
+from gateway.upstream.pools import Pool
+from gateway.upstream.replicas import Replica
+
+SYSTEM = "You are the support assistant of a shop. " * 60  # ~2.5 KB, shared by every chat
+
+
+def _chat(user: str, turns: int) -> list[tuple[str, str]]:
+    said = [("system", SYSTEM), ("user", user)]
+    for t in range(turns):
+        said += [("assistant", f"answer {t} " * 60), ("user", f"and then {t}? " * 10)]
+    return said
+
+
+def _replicas(n: int) -> list[Replica]:
+    return [Replica(f"http://engine-{i}:30000") for i in range(n)]
+
+
+def test_a_later_turn_starts_with_the_earlier_turns_chain() -> None:
+    first, later = (
+        chat_key(_chat("my order 17 is late", 0)),
+        chat_key(_chat("my order 17 is late", 3)),
+    )
+    assert later.chain[: len(first.chain)] == first.chain and len(later.chain) > len(first.chain)
+    assert (later.head, later.unit) == (first.head, first.unit)  # one conversation
+    assert later.continued and not first.continued
+    other = chat_key(_chat("where is my refund", 0))
+    assert other.head == first.head and other.unit != first.unit  # same system prompt
+    assert other.lead == first.lead == len(f"system\x1f{SYSTEM}\x1e".encode())
+    assert other.chain[: first.lead // BLOCK] == first.chain[: first.lead // BLOCK]
+
+
+def test_the_request_parser_gives_the_key() -> None:
+    said = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]
+    req = parse_chat(json.dumps({"model": "m", "messages": said}).encode())
+    assert req.key == chat_key([("system", "s"), ("user", "q")])
+    assert text_key("abc" * 1000).chain and PromptKey.of_hash(7) == PromptKey(7, 7)
+
+
+def test_every_gateway_replica_puts_a_new_prompt_on_the_same_home() -> None:
+    keys = [chat_key([("system", f"tenant {i} " * 50), ("user", "hi")]) for i in range(400)]
+    one, two, reps = RouteBook(), RouteBook(), _replicas(8)
+    homes = [one.choose(reps, k, 1.0).url for k in keys]
+    assert homes == [two.choose(reps, k, 1.0).url for k in keys]
+    assert len(Counter(homes)) == 8
+
+
+def test_a_conversation_follows_its_history_after_load_moved_it() -> None:
+    book, reps = RouteBook(), _replicas(4)
+    key = chat_key(_chat("my order 17 is late", 0))
+    home = book.choose(reps, key, 1.0)
+    home.in_flight = 9  # busy: the first turn goes elsewhere
+    moved = book.choose(reps, key, 1.0)
+    assert moved is not home
+    home.in_flight = 0
+    assert book.choose(reps, chat_key(_chat("my order 17 is late", 1)), 1.0) is moved
+    assert book.choose(reps, chat_key(_chat("my order 17 is late", 2)), 1.0) is moved
+
+
+def test_conversations_on_one_system_prompt_spread_once_they_come_back() -> None:
+    book, reps = RouteBook(), _replicas(8)
+    where: Counter[str] = Counter()
+    for c in range(200):  # every chat: a first turn, then its second
+        book.choose(reps, chat_key(_chat(f"question {c}", 0)), 1.0)
+        where[book.choose(reps, chat_key(_chat(f"question {c}", 1)), 1.0).url] += 1
+    assert len(where) > 1  # not every chat on the system prompt's home
+
+
+def test_a_bare_hash_still_chooses() -> None:
+    pool = Pool.create("hs", Tier(endpoints=("http://a:1", "http://b:1"), model="m"))
+    assert pool.choose(42) is pool.choose(42)
