@@ -135,9 +135,13 @@ def rules_for_tests(**tier_timeouts: float) -> dict[str, Any]:
     # the fake engines' directives ("[[highspeed: status=503]]") are not prompts: the learned
     # classifier has views on them (503 reads like arithmetic); it has its own tests
     data["classify"]["model"] = {"enabled": False}
+    # every answer judged alone: a test's looping answers demote no tier for the next test
+    # (the quality circuit has its own tests: tests/test_quality_circuit.py)
+    data["quality"] = {"enabled": False}
     for tier in data["tiers"].values():
         tier["timeouts"] = dict(t)
         tier["circuit"] = {"failures": 1000, "cooldown": 1.0}
+        tier.pop("request_defaults", None)  # the local model's max_tokens: not the fakes
     return data
 
 
@@ -152,6 +156,8 @@ def start_gateway(
     path.write_text(yaml.safe_dump(rules))
     port = free_port()
     env = {f"GATEWAY_POOL_{k.upper()}_URLS": v for k, v in urls.items()}
+    if "GATEWAY_STORE_PATH" not in os.environ:  # a module's gateway, started before the
+        env["GATEWAY_STORE_PATH"] = str(tmp / "gateway.db")  # test's own file is chosen
     env.update(extra_env or {})
     proc = Proc(  # with its own admin port: proc.admin
         [sys.executable, "-m", "gateway.cli", "serve", "--rules", str(path), "--port", str(port)],

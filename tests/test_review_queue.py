@@ -117,3 +117,33 @@ def test_an_unknown_item_is_a_404(gw: tuple[str, str]) -> None:
     _, admin = gw
     st, body, _ = call(admin, "GET", "/admin/review/nope")
     assert st == 404, body
+
+
+def test_the_console_shows_an_item_side_by_side_and_labels_it_once(gw: tuple[str, str]) -> None:
+    import re
+
+    import httpx
+
+    url, admin = gw
+    _, _, key = new_tenant(admin)
+    _chat(url, key, {"model": "auto", "messages": [{"role": "user", "content": LOOPING}]})
+    item = wait_until(lambda: _items(admin, "?label=none"), "an unlabelled item")[0]
+    with httpx.Client(base_url=admin, timeout=10) as c:
+        r = c.post("/console/login", data={"token": ADMIN, "name": "reviewer"})
+        assert r.status_code == 303
+        page = c.get("/console/review")
+        assert page.status_code == 200 and f'id="item-{item["id"]}"' in page.text
+        assert "A clean answer." in page.text and "I will repeat this sentence" in page.text
+        m = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        assert m is not None
+        done = c.post(
+            f"/console/review/{item['id']}/label",
+            data={"csrf": m.group(1), "label": "false_alarm", "back": "/console/review"},
+        )
+        assert done.status_code == 303 and done.headers["location"].startswith("/console/review")
+        again = c.get(done.headers["location"])  # the page a refresh re-reads: a GET
+        assert again.status_code == 200 and "Labelled" in again.text
+        export = c.get("/console/review/export")
+        assert export.status_code == 200 and item["id"] in export.text
+    _, got, _ = call(admin, "GET", f"/admin/review/{item['id']}")
+    assert got["label"] == "false_alarm" and got["labeled_by"] == "console:reviewer"

@@ -11,7 +11,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
-from gateway.console import login, records, rules, tenants, tiers
+from gateway.console import login, records, review, rules, tenants, tiers
 from gateway.console.auth import CsrfRefused, LoginRequired, login_url
 from gateway.console.client import ApiError
 from gateway.console.render import HERE, Pages, error_page
@@ -22,7 +22,7 @@ STALE_FORM = "The form is stale or was sent from another page; reload the page a
 def install(app: FastAPI) -> None:
     app.state.console = Pages()
     app.mount("/console/static", StaticFiles(directory=HERE / "static"), name="console-static")
-    for module in (login, tiers, rules, tenants, records):
+    for module in (login, tiers, rules, tenants, records, review):
         app.include_router(module.router)
     app.add_exception_handler(LoginRequired, _to_login)
     app.add_exception_handler(ApiError, _api_error)

@@ -57,6 +57,17 @@ class Api:
             raise ApiError(r.status_code, msg, err.get("errors"), err.get("code"))
         return body
 
+    async def raw(self, method: str, path: str) -> bytes:
+        """The answer's bytes (an export); :class:`ApiError` for an error status."""
+        try:
+            r = await self._client.request(method, path)
+        except Exception:
+            log.exception("console: the admin API failed on %s %s", method, path)
+            raise ApiError(500, "The admin API failed; see the gateway's log.") from None
+        if r.status_code >= 400:
+            raise ApiError(r.status_code, f"HTTP {r.status_code}")
+        return r.content
+
     async def get(self, path: str, **params: Any) -> Any:
         return await self.call("GET", path, params=params)
 

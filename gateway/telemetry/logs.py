@@ -135,11 +135,13 @@ class Malformed(logging.Filter):
 
 
 def escaped(text: object, limit: int = MAX_DETAIL) -> str:
-    """``text`` as printable ASCII (``\\x01``, ``\\u2028`` ...), at most ``limit`` characters
-    of it and a mark where it was cut."""
+    """``text`` as printable ASCII (``\\x01``, ``\\u2028`` ...), at most ``limit``
+    characters of it, with a mark where it was cut."""
     s = str(text)
     out = ascii(s[:limit])[1:-1]
-    return out + ("...[cut]" if len(s) > limit else "")
+    if len(s) <= limit and len(out) <= limit:
+        return out
+    return out[:limit] + "...[cut]"
 
 
 def install(refused: Callable[[], None]) -> Callable[[], None]:
