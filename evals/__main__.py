@@ -13,6 +13,7 @@
     python -m evals semcache [--data evals/data/semantic_pairs.jsonl] [--out docs/reports]
     python -m evals cache [--duration 3 --clients 1,8 --scale 1] [--report FILE]
     python -m evals routing [--workloads multiturn,... --loads moderate,near --routers ...]
+    python -m evals drill-bad-deploy [--replicas 2 --rate 16 --healthy 10 --bad 20 --after 40]
 
 Each command is a module with ``main(argv) -> int`` (a harness's ``run`` module); add one
 by adding a line to COMMANDS.
@@ -40,6 +41,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "semcache": ("evals.semcache.run", "semantic cache: false hits and hit rate, labelled pairs"),
     "cache": ("evals.cache.run", "response cache: a hit against the fast tier raw; a workload"),
     "routing": ("evals.routing.run", "fleet routing: gateway vs sglang-router, 8 sim engines"),
+    "drill-bad-deploy": (
+        "evals.drills.bad_deploy",
+        "the fast tier loops mid-run, then recovers: time to demote and restore, who paid",
+    ),
 }
 
 

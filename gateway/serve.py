@@ -7,11 +7,13 @@ in the data app's start-up, once its lifespan has built the :class:`Gateway`, on
 stops first at shutdown. Without ``GATEWAY_ADMIN_TOKEN`` the admin API is off and its
 port is not bound at all.
 
-Both listeners keep one :class:`~gateway.settings.ConnectionPolicy` (``settings.connections``):
-the admin listener through its protocol (:mod:`gateway.admin.server`), the data listener
-through aiohttp's keep-alive timer (which covers a connection's first head too), the body
-timeout of :func:`gateway.server.completions.read_body`, and the cap on its connections,
-which :func:`run` applies where connections are accepted.
+Both listeners keep one connection policy, the settings ``idle_timeout`` (a complete
+request head within it of the connection's opening or its last answer), ``body_timeout``
+(a body within it of its head) and ``max_connections`` (open at once; one more is answered
+503 and closed): the admin listener through its protocol (:mod:`gateway.admin.server`), the
+data listener through aiohttp's keep-alive timer (which covers a connection's first head
+too), the body timeout of :func:`gateway.server.completions.read_body`, and the cap on its
+connections, which :func:`run` applies where connections are accepted.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from gateway.console import install as install_console
 from gateway.errors import ServiceUnavailable, closing_response
 from gateway.rules.schema import Rules
 from gateway.server.app import GATEWAY, AppSource, create_app
-from gateway.settings import ConnectionPolicy, Settings
+from gateway.settings import Settings
 
 log = logging.getLogger("gateway")
 
@@ -72,7 +74,7 @@ def _admin_listener(
     async def admin(app: web.Application) -> AsyncIterator[None]:
         admin_app = create_admin_app(app[GATEWAY])
         install_console(admin_app)  # the operator console's pages, under /console
-        server = AdminServer(admin_app, settings.connections())
+        server = AdminServer(admin_app, settings)
         host, port = settings.admin_host, settings.admin_port
         await server.start(host, port, bind(host, port, settings.reuse_port))
         host, port = server.address or (host, port)
@@ -124,20 +126,19 @@ def run(
 async def _serve(
     app: web.Application, settings: Settings, say: Callable[[str], None], shutdown_timeout: float
 ) -> None:
-    policy = settings.connections()
     runner = web.AppRunner(
         app,
         handle_signals=True,
         access_log=None,
         handler_cancellation=True,
-        keepalive_timeout=policy.idle_timeout,  # from the opening too: an unfinished head
+        keepalive_timeout=settings.idle_timeout,  # from the opening too: an unfinished head
         shutdown_timeout=shutdown_timeout,
     )
     await runner.setup()
     listener = None
     try:
         assert runner.server is not None
-        accept = functools.partial(_accept, runner.server, policy)
+        accept = functools.partial(_accept, runner.server, settings.max_connections)
         listener = await asyncio.get_running_loop().create_server(
             accept,
             settings.host,
@@ -164,7 +165,7 @@ class _Full(asyncio.Protocol):
         transport.close()
 
 
-def _accept(server: web.Server, policy: ConnectionPolicy) -> asyncio.BaseProtocol:
-    if len(server.connections) >= policy.max_connections:
+def _accept(server: web.Server, cap: int) -> asyncio.BaseProtocol:
+    if len(server.connections) >= cap:
         return _Full()
     return server()

@@ -7,6 +7,7 @@ This is the only module that reads ``os.environ``. Everything else receives a
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -136,7 +137,7 @@ class Settings(BaseSettings):
     )
     log_level: str = Field(default="info", pattern=r"^(debug|info|warning|error)$")
     access_log: bool = Field(
-        default=False, description="a JSON line per request (failures are always logged)"
+        default=False, description="a JSON line per request (off: failures, sampled)"
     )
     local_engines: Literal["auto", "on", "off"] = Field(
         default="auto",
@@ -144,10 +145,7 @@ class Settings(BaseSettings):
     )
     rules_watch_interval: float = Field(default=1.0, ge=0, description="0: don't watch the file")
     body_timeout: float = Field(
-        default=30.0,
-        gt=0,
-        le=3600,
-        description="a request body must arrive within this of its head (every listener)",
+        default=30.0, gt=0, le=3600, description="a request body must arrive within this"
     )
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024, le=512 * 1024 * 1024)
     max_body_bytes_in_flight: int = Field(
@@ -161,16 +159,9 @@ class Settings(BaseSettings):
         gt=0,
         le=3600,
         description="a connection is closed after this long without a complete request head "
-        "(an idle keep-alive, a connection that sends nothing, headers that trickle in); "
-        "every listener (data and admin)",
+        "(an idle keep-alive, a connection that sends nothing, headers that trickle in)",
     )
-    max_connections: int = Field(
-        default=8192,
-        ge=1,
-        le=1_000_000,
-        description="connections each listener of a worker keeps open (data and admin "
-        "apart); one more is answered 503 and closed. Keep both under the open-file limit",
-    )
+    max_connections: int = Field(default=8192, ge=1, description="open per listener and worker")
     reserve_max_tokens: int = Field(
         default=4096, ge=1, description="reserved against a budget when a request has no max_tokens"
     )
@@ -194,6 +185,13 @@ class Settings(BaseSettings):
         description="comma-separated origins allowed to call the data plane from a browser "
         "('*': any); empty: no CORS headers",
     )
+    trusted_proxies: str = Field(
+        default="",
+        description="comma-separated addresses or networks (CIDR) of the reverse proxies in "
+        "front of the admin listener: from them, X-Forwarded-Proto and X-Forwarded-For are "
+        "believed (the console's cookie is Secure behind a proxy that took TLS, login "
+        "attempts are throttled per real client); empty: nobody's",
+    )
 
     @field_validator("pool_urls")
     @classmethod
@@ -206,6 +204,12 @@ class Settings(BaseSettings):
                     raise ValueError(
                         f"GATEWAY_POOL_{name.upper()}_URLS: {url!r} is not an http(s) URL"
                     )
+        return v
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxies_are_addresses(cls, v: str) -> str:
+        _networks(v)  # raises ValueError naming the entry that is not an address or network
         return v
 
     @field_validator("redis_url")
@@ -243,13 +247,13 @@ class Settings(BaseSettings):
         """Tenant keys are required when a shared store or an admin token is configured."""
         return self.redis_url is not None or self.admin_token is not None
 
-    def connections(self) -> ConnectionPolicy:
-        """The one connection policy of every listener the process opens."""
-        return ConnectionPolicy(self.idle_timeout, self.body_timeout, self.max_connections)
-
     def cors(self) -> frozenset[str]:
         """The origins CORS answers for (``*``: any); empty: CORS is off."""
         return frozenset(o.strip().rstrip("/") for o in self.cors_origins.split(",") if o.strip())
+
+    def proxies(self) -> tuple[IPNetwork, ...]:
+        """The trusted proxies' networks (an address is a network of one)."""
+        return _networks(self.trusted_proxies)
 
     def rules_path(self) -> Path:
         """--rules / GATEWAY_RULES, else ./routing_rules.yaml, else the repository's copy."""
@@ -259,18 +263,22 @@ class Settings(BaseSettings):
         return local if local.is_file() else REPO_RULES
 
 
-@dataclass(frozen=True, slots=True)
-class ConnectionPolicy:
-    """What a client's connection may cost, the same on every listener the process opens
-    (the data plane's and the admin API's): a complete request head within
-    ``idle_timeout`` of the connection's opening or of its last answer (an idle
-    keep-alive, a connection that sends nothing, a head that trickles in), a request body
-    within ``body_timeout`` of its head, at most ``max_connections`` open at once (one more
-    is answered 503 and closed)."""
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
-    idle_timeout: float
-    body_timeout: float
-    max_connections: int
+
+def _networks(text: str) -> tuple[IPNetwork, ...]:
+    out = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        try:
+            out.append(ipaddress.ip_network(part, strict=False))
+        except ValueError:
+            raise ValueError(
+                f"GATEWAY_TRUSTED_PROXIES: {part!r} is not an IP address or network "
+                "(write 10.0.0.5 or 10.0.0.0/8)"
+            ) from None
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,6 +64,14 @@ ROUTES = (
     ("GET", "/admin/audit"),
     ("GET", "/admin/shadow"),
     ("GET", "/admin/live"),
+    ("GET", "/admin/quality/demotions"),
+    ("POST", "/admin/quality/demotions"),
+    ("DELETE", "/admin/quality/demotions/{rule}/{tier}"),
+    ("GET", "/admin/review"),
+    ("GET", "/admin/review/export"),
+    ("GET", "/admin/review/precision"),
+    ("GET", "/admin/review/{rid}"),
+    ("POST", "/admin/review/{rid}/label"),
 )
 
 
@@ -420,7 +428,8 @@ def test_a_taken_admin_port_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_every_route_returns_the_model_it_declares() -> None:
     """A handler's return annotation is its ``response_model`` (FastAPI then validates and
-    sends what it returns); a route without a body answers 204 with a plain Response."""
+    sends what it returns); a route without a model returns a plain Response: no body (204)
+    or one that is not JSON, its media type declared."""
     import typing
 
     from fastapi import Response
@@ -433,10 +442,12 @@ def test_every_route_returns_the_model_it_declares() -> None:
     assert {(m, r.path) for r in routes for m in r.methods or ()} == set(ROUTES)
     for r in routes:
         returns = typing.get_type_hints(r.endpoint)["return"]
-        if r.status_code == 204:
-            assert (r.response_model, returns, r.response_class) == (None, Response, Response)
-        else:
-            assert r.response_model is not None and returns == r.response_model, r.name
+        if r.response_model is not None:
+            assert returns == r.response_model, r.name
+            continue
+        assert (returns, r.response_class) == (Response, Response), r.name
+        declared = (r.responses or {}).get(200, {}).get("content", {})
+        assert r.status_code == 204 or (declared and "application/json" not in declared), r.name
 
 
 def test_every_route_answers_what_its_openapi_schema_declares(gw: tuple[Proc, str]) -> None:
@@ -449,9 +460,14 @@ def test_every_route_answers_what_its_openapi_schema_declares(gw: tuple[Proc, st
     seen: set[tuple[str, str]] = set()
 
     def check(
-        method: str, path: str, expect: int, body: Any = None, raw: bytes | None = None, **ids: str
+        method: str,
+        path: str,
+        expect: int,
+        body: Any = None,
+        raw: bytes | None = None,
+        ids: dict[str, str] | None = None,
     ) -> Any:
-        st, out, _ = call(admin, method, path.format(**ids), body, raw=raw)
+        st, out, _ = call(admin, method, path.format(**(ids or {})), body, raw=raw)
         assert st == expect, (method, path, out)
         seen.add((method, path))
         declared = spec["paths"][path][method.lower()]["responses"]
@@ -467,25 +483,25 @@ def test_every_route_answers_what_its_openapi_schema_declares(gw: tuple[Proc, st
     t = check("POST", "/admin/tenants", 201, {"name": "schema", "policy": policy})
     tid = {"tenant_id": t["id"]}
     check("GET", "/admin/tenants", 200)
-    check("GET", "/admin/tenants/{tenant_id}", 200, **tid)
-    check("PATCH", "/admin/tenants/{tenant_id}", 200, {"policy": {"shadow_rate": 0}}, **tid)
-    check("GET", "/admin/tenants/{tenant_id}/policy", 200, **tid)
-    check("PUT", "/admin/tenants/{tenant_id}/policy", 200, {"requests_per_minute": 60}, **tid)
-    k = check("POST", "/admin/tenants/{tenant_id}/keys", 201, {"name": "k"}, **tid)
-    check("GET", "/admin/tenants/{tenant_id}/keys", 200, **tid)
-    k2 = check("POST", "/admin/keys/{key_id}/rotate", 201, key_id=k["id"])
-    check("DELETE", "/admin/keys/{key_id}", 204, key_id=k2["id"])
-    check("GET", "/admin/tenants/{tenant_id}/usage", 200, **tid)
-    check("GET", "/admin/tenants/{tenant_id}/cache", 200, **tid)
-    check("DELETE", "/admin/tenants/{tenant_id}/cache", 200, **tid)
-    check("DELETE", "/admin/tenants/{tenant_id}/cache/{key}", 404, key="none", **tid)
+    check("GET", "/admin/tenants/{tenant_id}", 200, ids=tid)
+    check("PATCH", "/admin/tenants/{tenant_id}", 200, {"policy": {"shadow_rate": 0}}, ids=tid)
+    check("GET", "/admin/tenants/{tenant_id}/policy", 200, ids=tid)
+    check("PUT", "/admin/tenants/{tenant_id}/policy", 200, {"requests_per_minute": 60}, ids=tid)
+    k = check("POST", "/admin/tenants/{tenant_id}/keys", 201, {"name": "k"}, ids=tid)
+    check("GET", "/admin/tenants/{tenant_id}/keys", 200, ids=tid)
+    k2 = check("POST", "/admin/keys/{key_id}/rotate", 201, ids={"key_id": k["id"]})
+    check("DELETE", "/admin/keys/{key_id}", 204, ids={"key_id": k2["id"]})
+    check("GET", "/admin/tenants/{tenant_id}/usage", 200, ids=tid)
+    check("GET", "/admin/tenants/{tenant_id}/cache", 200, ids=tid)
+    check("DELETE", "/admin/tenants/{tenant_id}/cache", 200, ids=tid)
+    check("DELETE", "/admin/tenants/{tenant_id}/cache/{key}", 404, ids={**tid, "key": "none"})
     text = check("GET", "/admin/rules", 200)["yaml"].encode()
     check("POST", "/admin/rules/validate", 200, raw=text)
     v = check("PUT", "/admin/rules", 200, raw=text)["version"]
     check("POST", "/admin/rules/reload", 200)
     check("POST", "/admin/rules/rollback", 200, {"version": v})
     check("GET", "/admin/rules/versions", 200)
-    check("GET", "/admin/rules/versions/{version}", 200, version=str(v))
+    check("GET", "/admin/rules/versions/{version}", 200, ids={"version": str(v)})
     check("GET", "/admin/pools", 200)
     chat = {"model": "auto", "messages": [{"role": "user", "content": "x"}]}
     check("POST", "/admin/explain", 200, {"body": chat, "tenant_id": t["id"]})
@@ -493,6 +509,21 @@ def test_every_route_answers_what_its_openapi_schema_declares(gw: tuple[Proc, st
     check("GET", "/admin/audit", 200)
     check("GET", "/admin/shadow", 200)
     check("GET", "/admin/live", 200)
-    check("DELETE", "/admin/tenants/{tenant_id}", 204, **tid)
-    check("GET", "/admin/tenants/{tenant_id}", 404, **tid)
+    pin = {"rule": "default", "tier": "highspeed", "reason": "schema", "ttl_s": 60}
+    check("POST", "/admin/quality/demotions", 201, pin)
+    check("POST", "/admin/quality/demotions", 422, {**pin, "rule": "nope"})
+    check("GET", "/admin/quality/demotions", 200)
+    where = {"rule": "default", "tier": "highspeed"}
+    check("DELETE", "/admin/quality/demotions/{rule}/{tier}", 204, ids=where)
+    check("DELETE", "/admin/quality/demotions/{rule}/{tier}", 404, ids=where)
+    check("GET", "/admin/review", 200)
+    check("GET", "/admin/review/precision", 200)
+    check("GET", "/admin/review/{rid}", 404, ids={"rid": "none"})
+    check("POST", "/admin/review/{rid}/label", 404, {"label": "unsure"}, ids={"rid": "none"})
+    check("POST", "/admin/review/{rid}/label", 400, {"label": "meh"}, ids={"rid": "none"})
+    st, _, headers = call(admin, "GET", "/admin/review/export")  # JSONL: not a JSON body
+    assert st == 200 and headers["content-type"].startswith("application/x-ndjson")
+    seen.add(("GET", "/admin/review/export"))
+    check("DELETE", "/admin/tenants/{tenant_id}", 204, ids=tid)
+    check("GET", "/admin/tenants/{tenant_id}", 404, ids=tid)
     assert seen == set(ROUTES)

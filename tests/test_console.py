@@ -532,6 +532,27 @@ def test_shadow_comparisons_are_listed(page: WebDriver, gw: Proc) -> None:
     wait(page, lambda d: "highspeed" in by_id(d, "shadow-summary").text)
 
 
+def test_pin_and_release_a_demotion_from_the_tiers_page(page: WebDriver, gw: Proc) -> None:
+    from selenium.webdriver.support.ui import Select
+
+    page.get(f"{gw.admin}/console/tiers")
+    assert "No tier is demoted" in by_id(page, "demotions").text
+    form = by_id(page, "pin-demotion")
+    Select(form.find_element(By.NAME, "rule")).select_by_visible_text("default")
+    Select(form.find_element(By.NAME, "tier")).select_by_visible_text("highspeed")
+    form.find_element(By.NAME, "reason").send_keys("a bad deploy")
+    by_id(page, "pin").click()
+    wait(page, lambda d: "pinned highspeed for default" in by_id(d, "quality-done").text)
+    row = by_id(page, "demotions").text
+    assert "a bad deploy" in row and "pinned" in row and "console:ci" in row
+    (d,) = admin_call(gw, "GET", "/admin/quality/demotions")["data"]
+    assert (d["rule"], d["tier"], d["pinned"]) == ("default", "highspeed", True)
+    page.find_element(By.CSS_SELECTOR, "#demotions button.release").click()
+    wait(page, lambda d: "released highspeed for default" in by_id(d, "quality-done").text)
+    assert "No tier is demoted" in by_id(page, "demotions").text
+    assert admin_call(gw, "GET", "/admin/quality/demotions")["data"] == []
+
+
 def test_the_audit_log_names_the_console_operator(page: WebDriver, gw: Proc) -> None:
     page.get(f"{gw.admin}/console/audit")
     wait(page, lambda d: "console:ci" in by_id(d, "audit").text)

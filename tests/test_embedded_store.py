@@ -105,19 +105,19 @@ def test_tenants_keys_rules_and_audit_survive_a_restart_of_two_workers(
 def test_a_rules_file_changed_while_stopped_is_the_new_version(
     engines: dict[str, str], tmp_path: Path
 ) -> None:
-    """The rules file is the operator's too: edited while the gateway was stopped, it is
-    recorded as a new version at start; unchanged, the store's current version stays."""
+    """The rules file is the operator's too: edited while the gateway was stopped (or
+    another file given), it is recorded as a new version at start; the same text again
+    (here: a copy at another path) leaves the store's current version running."""
     env = _embedded(tmp_path / "gateway.db", workers=1)
-    rules = rules_for_tests()
-    proc, _ = start_gateway(tmp_path, rules, engines, env)
-    proc.stop()
-    rules["rules"] = rules["rules"][:-1]
-    again, _ = start_gateway(tmp_path, rules, engines, env)
-    try:
-        st, body, _ = call(again.admin, "GET", "/admin/rules")
-        assert st == 200 and body["version"] == 2 and yaml.safe_load(body["yaml"]) == rules
-    finally:
-        again.stop()
+    first = rules_for_tests()
+    edited = {**first, "rules": first["rules"][:-1]}
+    for want, rules in ((1, first), (2, edited), (2, edited), (3, first)):
+        proc, _ = start_gateway(tmp_path, rules, engines, env)  # a new file path each time
+        try:
+            st, body, _ = call(proc.admin, "GET", "/admin/rules")
+            assert st == 200 and body["version"] == want and yaml.safe_load(body["yaml"]) == rules
+        finally:
+            proc.stop()
 
 
 def test_an_in_memory_store_says_it_forgets(engines: dict[str, str], tmp_path: Path) -> None:

@@ -383,3 +383,55 @@ def test_keys_policies_and_their_errors(tenanted: Proc) -> None:
         with pytest.raises(openai.NotFoundError) as onf:
             oa.chat.completions.create(model="gpt-4o-mini", messages=user("hi"))
         assert onf.value.code == "model_not_found"
+
+
+# --- the cache and hedging: a hit replayed as a Messages answer or stream; a hedge won ------
+
+
+@pytest.fixture(scope="module")
+def cached(engines: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The default rule keeps a cache and hedges a first token later than 0.2 s."""
+    rules = rules_for_tests()
+    rules["default"]["cache"] = {"ttl": 600}
+    rules["default"]["hedge_after"] = 0.2
+    proc, url = start_gateway(tmp_path_factory.mktemp("gw"), rules, engines)
+    yield url
+    proc.stop()
+
+
+def test_a_slow_first_token_is_hedged_on_the_next_tier(cached: str) -> None:
+    content = "hedge me [[highspeed: delay=3]]"
+    with anthropic.Anthropic(base_url=cached, api_key="x", max_retries=0, timeout=20) as c:
+        ac: Any = c
+        raw = ac.messages.with_raw_response.create(
+            model="auto", max_tokens=50, messages=user(content)
+        )
+    assert raw.headers["x-gateway-tier"] == "standard"
+    assert raw.headers["x-gateway-hedge"].startswith("standard after 0.2s; standard won")
+    assert raw.parse().content[0].text == "Echo (standard): hedge me"
+    _, events = raw_events(cached, {"model": "auto", "max_tokens": 50, "messages": user(content)})
+    assert_one_message(events)
+    with urllib.request.urlopen(f"{cached}/metrics", timeout=10) as r:
+        assert 'tier="standard"' in r.read().decode()  # counted like any request
+
+
+def test_a_cache_hit_is_a_message_and_a_messages_stream(
+    cached: str, engines: dict[str, str]
+) -> None:
+    reset(engines)
+    # temperature 0: a cache keeps only answers the client asked to be repeatable
+    body = {"model": "claude-x", "max_tokens": 50, "messages": user("remember me")}
+    with anthropic.Anthropic(base_url=cached, api_key="x", max_retries=0) as c:
+        ac: Any = c
+        first = ac.messages.with_raw_response.create(**body, extra_body={"temperature": 0})
+        again = ac.messages.with_raw_response.create(**body, extra_body={"temperature": 0})
+    assert first.headers["x-gateway-cache"] == "miss" and again.headers["x-gateway-cache"] == "hit"
+    assert again.parse().content[0].text == first.parse().content[0].text
+    assert again.parse().type == "message"
+    assert len(engine_requests(engines["highspeed"])) == 1
+    # the stream of the same request: a hit too
+    headers, events = raw_events(cached, {**body, "temperature": 0})
+    assert headers["x-gateway-cache"] == "hit"
+    assert_one_message(events)
+    text = "".join(d["delta"]["text"] for n, d in events if n == "content_block_delta")
+    assert text == first.parse().content[0].text

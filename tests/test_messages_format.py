@@ -91,7 +91,12 @@ def test_system_blocks_turns_and_tools_become_chat() -> None:
 )
 def test_tool_choice(choice: dict[str, Any], chat: object) -> None:
     body = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}
-    assert to_chat({**body, "tool_choice": choice})["tool_choice"] == chat
+    tools = [{"name": "f", "input_schema": {"type": "object"}}]
+    assert to_chat({**body, "tools": tools, "tool_choice": choice})["tool_choice"] == chat
+    if chat in ("auto", "none"):  # no tools (an empty list too): no choice for the engine
+        no_tools: tuple[dict[str, Any], ...] = ({}, {"tools": []})
+        for none in no_tools:
+            assert "tool_choice" not in to_chat({**body, **none, "tool_choice": choice})
 
 
 @pytest.mark.parametrize(

@@ -203,3 +203,24 @@ def test_an_operator_pins_and_releases_a_demotion_on_every_replica(
     assert st == 422 and len(err["error"]["errors"]) == 2, err
     st, err, _ = call(a.admin, "DELETE", "/admin/quality/demotions/default/highspeed")
     assert st == 404, err
+
+
+def test_shadow_copies_probe_a_demoted_tier(engines: dict[str, str], tmp_path: Path) -> None:
+    """No probe share: a tenant's shadow copies alone test the demoted tier, and restore it."""
+    rules = _rules()
+    rules["quality"] = {**QUALITY, "probe_share": 0}
+    proc, base = start_gateway(tmp_path, rules, engines, {"GATEWAY_ADMIN_TOKEN": ADMIN})
+    try:
+        _, _, key = new_tenant(proc.admin, {"shadow_rate": 1.0})
+        _until_demoted(base, key, most=20)
+
+        def restored() -> bool:
+            tier, route, _ = _ask(base, key, CLEAN)  # answered by standard, shadowed to highspeed
+            assert "probe" not in route
+            return tier == "highspeed"
+
+        assert until(restored, timeout=20)
+        st, audit, _ = call(proc.admin, "GET", "/admin/audit")
+        assert [e["action"] for e in audit["data"]][:2] == ["quality.restore", "quality.demote"]
+    finally:
+        proc.stop()

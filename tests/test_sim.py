@@ -496,6 +496,21 @@ def test_rate_faults_drawn_by_order_or_by_content(draw: str) -> None:
     assert faults.draw("none", digests[0]) == set() and faults.draw("cut", digests[0]) >= {"cut"}
 
 
+def test_fault_rates_are_replaced_while_it_runs() -> None:
+    """``POST /sim/faults``: every answer loops from now on (a bad deploy), then none does."""
+    with sim("--seed", "5") as base:
+        assert chat(base)[0]["x-sim-faults"] == "none"
+        status, _, raw = post(base, "/sim/faults", {"faults": {"loop": 1.0}})
+        assert status == 200 and json.loads(raw) == {"faults": {"loop": 1.0}}
+        assert all(chat(base)[0]["x-sim-faults"] == "loop" for _ in range(5))
+        assert json.loads(get(base, "/get_server_info")[1])["sim"]["faults"] == {"loop": 1.0}
+        assert post(base, "/sim/faults", {"faults": {}})[0] == 200
+        assert chat(base)[0]["x-sim-faults"] == "none"
+        assert json.loads(get(base, "/sim/faults")[1]) == {"faults": {}}
+        for bad in ({"faults": {"nope": 1}}, {"faults": {"loop": 2}}, {"faults": []}, {}):
+            assert post(base, "/sim/faults", bad)[0] == 400, bad
+
+
 def test_fault_hang_never_answers(hs: str) -> None:
     with pytest.raises(TimeoutError):
         post(hs, "/v1/chat/completions", chat_body(), fault="hang", timeout=0.5)

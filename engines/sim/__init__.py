@@ -71,7 +71,9 @@ result.
 rate-drawn ones) or per rate with ``--fault NAME=RATE`` (drawn in request order from the
 seed; with ``--fault-draw content``, from the seed and the request's content, so that
 the same request draws the same faults whenever it comes, as every target of a side-by-side
-benchmark sends it): ``500`` (HTTP 500, OpenAI-style error body), ``429`` (with ``Retry-After``),
+benchmark sends it; ``POST /sim/faults`` with ``{"faults": {"loop": 1.0}}`` replaces the rates
+while the replica runs, ``GET /sim/faults`` says them): ``500`` (HTTP 500, OpenAI-style
+error body), ``429`` (with ``Retry-After``),
 ``hang`` (never answers), ``slow_ttft`` (TTFT + max(19 x TTFT, 5 s)), ``stall`` (a few
 tokens, then silence on an open connection; the slot is freed), ``cut`` (connection
 closed mid-stream, no ``[DONE]``), ``loop`` (a few words, then one sentence over and over

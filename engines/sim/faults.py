@@ -36,18 +36,31 @@ LEAK_PIECES = (" <|im_end|>", "\n<|im_start|>", "user", "\n")
 
 
 class FaultDraw:
-    """The faults of each request of one replica."""
+    """The faults of each request of one replica. ``rates`` starts as the command line's
+    and may be replaced while it runs (``POST /sim/faults``: a bad deploy, then its fix)."""
 
     def __init__(self, cfg: SimConfig):
         self.cfg = cfg
         self.rng = random.Random(f"{cfg.seed}:faults")
+        self.rates: dict[str, float] = dict(cfg.faults)
+
+    def set_rates(self, rates: object) -> None:
+        """Replace the rates: a mapping of fault names to rates in [0, 1]."""
+        if not isinstance(rates, dict):
+            raise BadRequest('expected {"faults": {NAME: RATE, ...}}')
+        for name, rate in rates.items():
+            if name not in FAULTS:
+                raise BadRequest(f"unknown fault {name!r}; known: {', '.join(FAULTS)}")
+            if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1:
+                raise BadRequest(f"the rate of {name} must be a number within [0, 1]")
+        self.rates = {n: float(r) for n, r in rates.items()}
 
     def draw(self, header: str, digest: str) -> set[str]:
         """Faults of this request: drawn by rate (always, to keep the sequence) + header."""
         rng = self.rng
         if self.cfg.fault_draw == "content":
             rng = random.Random(f"{self.cfg.seed}:{digest}:faults")
-        drawn = {n for n, rate in sorted(self.cfg.faults.items()) if rng.random() < rate}
+        drawn = {n for n, rate in sorted(self.rates.items()) if rng.random() < rate}
         asked = {f.strip() for f in header.split(";") if f.strip()}
         unknown = asked - set(FAULTS) - {"none"}
         if unknown:

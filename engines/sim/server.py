@@ -53,6 +53,8 @@ class SimServer:
         app.router.add_get("/get_model_info", self.model_info)
         app.router.add_get("/metrics", self.metrics_text)
         app.router.add_route("*", "/flush_cache", self.flush_cache)
+        app.router.add_get("/sim/faults", self.faults)
+        app.router.add_post("/sim/faults", self.set_faults)
         return app
 
     # --- small endpoints
@@ -108,7 +110,7 @@ class SimServer:
             "sim": {
                 "profile": p.name,
                 "time_scale": cfg.time_scale,
-                "faults": cfg.faults,
+                "faults": self.fault_draw.rates,
                 "step_ms_batch1": round(p.step_ms(1), 3),
                 "tpot_ms_batch1": round(p.tpot_ms(1), 3),
                 "accept_len_batch1": round(p.accept_len(1), 3),
@@ -123,6 +125,20 @@ class SimServer:
             return web.Response(status=400, text="Cache not flushed: requests are running.\n")
         self.replica.cache = PrefixCache(self.profile.max_total_num_tokens)
         return web.Response(text="Cache flushed.\n")
+
+    async def faults(self, request: web.Request) -> web.StreamResponse:
+        """The fault rates in force: ``{"faults": {NAME: RATE}}``."""
+        return web.json_response({"faults": self.fault_draw.rates}, dumps=_dumps)
+
+    async def set_faults(self, request: web.Request) -> web.StreamResponse:
+        """Replace the fault rates while the replica runs (``{"faults": {"loop": 1.0}}``; ``{}``
+        for none): a drill's bad deploy and its fix, without a restart."""
+        try:
+            body = await request.json(loads=orjson.loads)
+            self.fault_draw.set_rates(body.get("faults") if isinstance(body, dict) else None)
+        except (BadRequest, orjson.JSONDecodeError, UnicodeDecodeError) as e:
+            return error_response(400, str(e) or "invalid JSON body", "BadRequestError")
+        return await self.faults(request)
 
     async def metrics_text(self, request: web.Request) -> web.StreamResponse:
         text = self.metrics.render(self.cfg.served_model_name, self.replica)

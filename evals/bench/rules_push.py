@@ -102,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     fake, port, admin = free_port(), free_port(), free_port()
     engine = f"http://127.0.0.1:{fake}"
     env = {
+        "GATEWAY_STORE_PATH": ":memory:",  # a fresh store each run, not .gateway/ of the user
         **os.environ,
         "GATEWAY_ADMIN_TOKEN": ADMIN_TOKEN,
         "GATEWAY_ADMIN_PORT": str(admin),

@@ -89,6 +89,7 @@ def start(out: Path, services: list[Service]) -> tuple[str, str]:
         wait_ready(urls[tier] + "/health", services[-1])
     port, admin = free_port(), free_port()
     env = {
+        "GATEWAY_STORE_PATH": ":memory:",  # a fresh store each run, not .gateway/ of the user
         **os.environ,
         "GATEWAY_LOCAL_ENGINES": "off",
         "GATEWAY_ADMIN_TOKEN": ADMIN,

@@ -26,6 +26,7 @@ from gateway.admin.apidocs import install as install_docs
 from gateway.admin.deps import check_token
 from gateway.admin.live import LiveWindow
 from gateway.admin.routes import ROUTERS
+from gateway.admin.session import Sessions
 from gateway.admin.wire import error_response, json_response
 from gateway.errors import (
     BadRequest,
@@ -63,6 +64,7 @@ def create_admin_app(gw: Gateway) -> FastAPI:
     app.state.gateway = gw
     app.state.max_body_bytes = gw.settings.max_body_bytes
     app.state.live = LiveWindow()
+    app.state.sessions = Sessions(gw.store)  # console sessions ended by a logout
     for router in ROUTERS:
         app.include_router(router)
     install_docs(app, app.title)

@@ -16,7 +16,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from gateway.admin.live import LiveWindow
-from gateway.admin.session import COOKIE, Session, verify
+from gateway.admin.session import COOKIE, Session, Sessions, verify
 from gateway.errors import NotFound, PermissionDenied, Unauthorized
 from gateway.rules.control import RulesControl
 from gateway.server.app import Gateway
@@ -54,21 +54,29 @@ def admin_token(
     check_token(request)
 
 
-def console_session(request: Request) -> Session | None:
-    """The operator console's session (its signed cookie), or None."""
+def get_sessions(request: Request) -> Sessions:
+    sessions: Sessions = request.app.state.sessions
+    return sessions
+
+
+async def console_session(request: Request) -> Session | None:
+    """The operator console's session (its signed cookie, not ended by a logout), or None."""
     token = get_gateway(request).settings.admin_token
     if token is None:
         return None
-    return verify(token.get_secret_value(), request.cookies.get(COOKIE), time.time())
+    s = verify(token.get_secret_value(), request.cookies.get(COOKIE), time.time())
+    if s is None or await get_sessions(request).ended(s):
+        return None
+    return s
 
 
-def admin_or_console(
+async def admin_or_console(
     request: Request,
     _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> None:
     """The admin token, or the console's session cookie: for the read-only routes that the
     console's page script polls (a script cannot read the HttpOnly cookie to send a token)."""
-    if "authorization" not in request.headers and console_session(request) is not None:
+    if "authorization" not in request.headers and await console_session(request) is not None:
         return
     check_token(request)
 

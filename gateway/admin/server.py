@@ -5,11 +5,12 @@ more task on it, on a socket bound here (a port in use is a clear error at start
 uvicorn's ``sys.exit``). Signals stay aiohttp's: SIGTERM drains the data plane, whose
 shutdown stops this server.
 
-Its connections live under the process's one :class:`~gateway.settings.ConnectionPolicy`,
-as the data listener's do: uvicorn's own keep-alive timer stops at a connection's first
-byte, so a head sent a byte at a time, or a connection that never sends one, was kept for
-as long as the client liked (3,000 of them held 3,000 open files past 40 s).
-:class:`_Policed` adds the head and body deadlines and the connection cap.
+Its connections live under the process's one connection policy, as the data listener's
+do (:mod:`gateway.serve`: the settings ``idle_timeout``, ``body_timeout`` and
+``max_connections``). uvicorn's own keep-alive timer stops at a connection's first byte, so
+a head sent a byte at a time, or a connection that never sends one, was kept for as long
+as the client liked (3,000 of them held 3,000 open files past 40 s). :class:`_Policed` adds
+the head and body deadlines and the connection cap.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from starlette.types import ASGIApp
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.errors import ServiceUnavailable, closing_response
-from gateway.settings import ConnectionPolicy
+from gateway.settings import Settings
 
 FULL = closing_response(
     ServiceUnavailable(
@@ -40,7 +41,7 @@ class _Policed(HttpToolsProtocol):
     ``idle_timeout`` of the connection's opening or its last answer, a body within
     ``body_timeout`` of its head, at most ``max_connections`` open (one more: a 503)."""
 
-    policy: ClassVar[ConnectionPolicy]
+    policy: ClassVar[Settings]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -89,8 +90,8 @@ class _Policed(HttpToolsProtocol):
             self.transport.close()
 
 
-def policed(policy: ConnectionPolicy) -> type[asyncio.Protocol]:
-    """uvicorn's protocol class for connections under ``policy``."""
+def policed(policy: Settings) -> type[asyncio.Protocol]:
+    """uvicorn's protocol class for connections under ``policy``'s connection settings."""
     return type("Policed", (_Policed,), {"policy": policy})
 
 
@@ -122,7 +123,7 @@ def bind(host: str, port: int, reuse_port: bool = False) -> socket.socket:
 class AdminServer:
     """``await start(host, port)`` returns once it accepts connections; ``await stop()``."""
 
-    def __init__(self, app: ASGIApp, policy: ConnectionPolicy):
+    def __init__(self, app: ASGIApp, policy: Settings):
         self.app = app
         self.policy = policy
         self.address: tuple[str, int] | None = None

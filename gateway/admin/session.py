@@ -1,4 +1,4 @@
-"""The operator console's login session: a signed, expiring cookie, no server-side state.
+"""The operator console's login session: a signed, expiring cookie, ended at logout.
 
 The console's pages are plain navigations and form posts, which cannot carry an
 ``Authorization`` header, so a browser that logged in with the admin token keeps a
@@ -10,6 +10,11 @@ other site's page makes the browser send it). The cookie holds
 * every worker of a gateway (they share the admin port) verifies it alike;
 * changing ``GATEWAY_ADMIN_TOKEN`` ends every session at once.
 
+A logout ends its session on the server too (:class:`Sessions`): the nonce is the
+session's id, written to the store's list of ended sessions (kept until the cookie would
+have expired), which every worker and replica sharing the store reads, so a copy of the
+cookie made before the logout is refused everywhere.
+
 Forms carry a CSRF token derived from the session (:func:`csrf_token`) as a second guard.
 """
 
@@ -18,12 +23,20 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import logging
 import secrets
+import time
 from dataclasses import dataclass
+
+from gateway.errors import StoreUnavailable
+from gateway.store.base import SessionStore
+from gateway.store.sessions import remember
 
 COOKIE = "gateway_console"
 TTL_S = 8 * 3600  # a working day; log in again after it
 NAME_MAX = 64  # the operator's name, for the audit log
+
+log = logging.getLogger("gateway.admin")
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +44,8 @@ class Session:
     expires: int
     name: str
     """Who logged in, as they said (the audit log's ``who``); "" when they gave none."""
+    sid: str = ""
+    """The session's id (its random nonce): what a logout ends."""
 
 
 def _mac(token: str, what: str) -> str:
@@ -65,9 +80,9 @@ def verify(token: str, value: str | None, now: float) -> Session | None:
     if not hmac.compare_digest(mac.encode(), _mac(token, "session:" + payload).encode()):
         return None
     expires, _, rest = payload.partition(".")
-    _, _, name = rest.partition(".")
+    sid, _, name = rest.partition(".")
     try:
-        session = Session(int(expires), _unb64(name))
+        session = Session(int(expires), _unb64(name), sid)
     except (ValueError, UnicodeDecodeError):
         return None
     return session if session.expires > now else None
@@ -76,3 +91,39 @@ def verify(token: str, value: str | None, now: float) -> Session | None:
 def csrf_token(token: str, value: str) -> str:
     """The CSRF token of the session ``value``: forms send it back, checked in constant time."""
     return _mac(token, "csrf:" + value)
+
+
+class Sessions:
+    """Which sessions a logout ended: this process's own list first, then the store's,
+    which every process sharing the store writes and reads.
+
+    A store that cannot be asked does not lock the operators out (the console is how they
+    watch an outage): a session ended through this process stays ended, one ended on
+    another replica works here again only until the store answers."""
+
+    def __init__(self, store: SessionStore | None):
+        self._store = store
+        self._ended: dict[str, float] = {}  # sid -> when the session expires anyway
+
+    async def ended(self, s: Session) -> bool:
+        if self._ended.get(s.sid, 0.0) >= time.time():
+            return True
+        if self._store is None:
+            return False
+        try:
+            return await self._store.session_ended(s.sid)
+        except StoreUnavailable:
+            return False
+
+    async def end(self, s: Session) -> None:
+        remember(self._ended, s.sid, s.expires, time.time())
+        if self._store is None:
+            return
+        try:
+            await self._store.end_session(s.sid, s.expires)
+        except StoreUnavailable as e:
+            log.warning(
+                "console logout: the store did not take it (%s); the session is ended on "
+                "this process only",
+                e,
+            )

@@ -14,7 +14,6 @@ import unicodedata
 from typing import Any, Final
 
 import orjson
-import re2  # type: ignore[import-untyped]
 
 from gateway.checks.base import (
     Abilities,
@@ -30,26 +29,11 @@ from gateway.checks.base import (
 )
 from gateway.checks.expr import Path, evaluate, parse, parse_path, read_path
 from gateway.checks.kinds import ContainsSpec, JsonAssertSpec, LengthSpec, RegexSpec
+from gateway.checks.patterns import compile_re2
 
 __all__ = ("ContainsCheck", "JsonAssertCheck", "LengthCheck", "RegexCheck", "compile_re2")
 
-RE2_MAX_MEM: Final = 8 << 20
 CHARS_PER_TOKEN: Final = 4
-
-
-def compile_re2(pattern: str, ignore_case: bool = False) -> Any:
-    """``pattern`` compiled with RE2 (linear time); ``ValueError`` when RE2 refuses it."""
-    opts = re2.Options()
-    opts.max_mem = RE2_MAX_MEM
-    opts.log_errors = False  # the error is the caller's to report, not stderr's
-    opts.case_sensitive = not ignore_case
-    try:
-        return re2.compile(pattern, opts)
-    except Exception as e:  # re2.error, and whatever its wrapper raises on bad input
-        why = e.args[0] if e.args else e
-        if isinstance(why, bytes):  # re2.error carries RE2's message as bytes
-            why = why.decode("utf-8", "replace")
-        raise ValueError(f"pattern {pattern[:60]!r} is not RE2: {why}") from None
 
 
 class _Named(BaseCheck):

@@ -26,11 +26,13 @@ of strings, ``null < 1``) is false.
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Final
+
+from gateway.checks.exprfuncs import FUNCTIONS, MISSING, fail_type, is_num
 
 __all__ = ("Expr", "Path", "evaluate", "parse", "parse_path", "read_path")
 
@@ -46,55 +48,6 @@ _TOKEN: Final = re.compile(
 _KEYWORDS: Final = frozenset({"and", "or", "not", "in", "true", "false", "null"})
 MAX_CHARS: Final = 1000
 MAX_DEPTH: Final = 32
-
-
-MISSING: Final = None  # a path that is not there reads as null
-
-
-def _num(x: Any) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool)
-
-
-def _seq(x: Any) -> list[Any]:
-    if not isinstance(x, list):
-        raise TypeError("not a list")
-    return x
-
-
-def _sum(x: Any) -> Any:
-    values = _seq(x)
-    if not all(_num(v) for v in values):
-        raise TypeError("sum of non-numbers")
-    return math.fsum(values)
-
-
-def _minmax(f: Callable[..., Any]) -> Callable[..., Any]:
-    def run(*args: Any) -> Any:
-        values = _seq(args[0]) if len(args) == 1 else list(args)
-        if not values or not (
-            all(_num(v) for v in values) or all(isinstance(v, str) for v in values)
-        ):
-            raise TypeError("min/max of mixed values")
-        return f(values)
-
-    return run
-
-
-FUNCTIONS: Final[dict[str, tuple[int, int, Callable[..., Any]]]] = {
-    # name: (min args, max args, function)
-    "exists": (1, 1, lambda v: v is not MISSING),
-    "len": (1, 1, lambda v: len(v) if isinstance(v, list | str | dict) else _fail()),
-    "sum": (1, 1, _sum),
-    "min": (1, 64, _minmax(min)),
-    "max": (1, 64, _minmax(max)),
-    "abs": (1, 1, lambda v: abs(v) if _num(v) else _fail()),
-    "round": (1, 2, lambda v, n=0: round(v, int(n)) if _num(v) else _fail()),
-    "count": (1, 1, lambda v: sum(1 for x in _seq(v) if x)),
-}
-
-
-def _fail() -> Any:
-    raise TypeError("wrong type")
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,12 +83,6 @@ class _Parser:
             return False
         kind, v = self.toks[self.i]
         return value is None or (v == value and kind in ("op", "name"))
-
-    def _next_is(self, value: str) -> bool:
-        return self.i + 1 < len(self.toks) and self.toks[self.i + 1][1] == value
-
-    def _next_kind(self, kind: str) -> bool:
-        return self.i + 2 < len(self.toks) and self.toks[self.i + 1][0] == kind
 
     def take(self, value: str | None = None) -> tuple[str, str]:
         if self.i >= len(self.toks):
@@ -328,18 +275,20 @@ def read_path(value: Any, path: Path) -> Any:
     return current
 
 
-_COMPARE: Final[dict[str, Callable[[Any, Any], bool]]] = {
-    "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b,
-    ">": lambda a, b: a > b,
-    ">=": lambda a, b: a >= b,
-    "in": lambda a, b: a in b if isinstance(b, list | str | dict) else _fail(),
-    "not in": lambda a, b: a not in b if isinstance(b, list | str | dict) else _fail(),
-}
+_COMPARE: Final[Mapping[str, Callable[[Any, Any], bool]]] = MappingProxyType(
+    {
+        "<": lambda a, b: a < b,
+        "<=": lambda a, b: a <= b,
+        ">": lambda a, b: a > b,
+        ">=": lambda a, b: a >= b,
+        "in": lambda a, b: a in b if isinstance(b, list | str | dict) else fail_type(),
+        "not in": lambda a, b: a not in b if isinstance(b, list | str | dict) else fail_type(),
+    }
+)
 
 
 def _equal(a: Any, b: Any, tol: float) -> bool:
-    if _num(a) and _num(b):
+    if is_num(a) and is_num(b):
         return bool(abs(a - b) <= tol * max(1.0, abs(a), abs(b)))
     return bool(a == b)
 
@@ -356,7 +305,7 @@ def _value(e: Expr, doc: Any, tol: float) -> Any:
         return FUNCTIONS[args[0]][2](*(_value(a, doc, tol) for a in args[1]))
     if op == "neg":
         v = _value(args[0], doc, tol)
-        return -v if _num(v) else _fail()
+        return -v if is_num(v) else fail_type()
     if op == "not":
         return not _truth(args[0], doc, tol)
     if op == "and":
@@ -371,7 +320,7 @@ def _value(e: Expr, doc: Any, tol: float) -> Any:
                 ok = _equal(left, right, tol) == (sym == "==")
             elif (
                 sym in ("in", "not in")
-                or (_num(left) and _num(right))
+                or (is_num(left) and is_num(right))
                 or (isinstance(left, str) and isinstance(right, str))
             ):
                 ok = _COMPARE[sym](left, right)
@@ -383,7 +332,7 @@ def _value(e: Expr, doc: Any, tol: float) -> Any:
         return True
     sym, a, b = args  # "bin"
     x, y = _value(a, doc, tol), _value(b, doc, tol)
-    if not (_num(x) and _num(y)):
+    if not (is_num(x) and is_num(y)):
         if sym == "+" and isinstance(x, str) and isinstance(y, str):
             return x + y
         raise TypeError("arithmetic on non-numbers")

@@ -77,7 +77,7 @@ class RegexSpec(_Spec):
     def _patterns(self) -> RegexSpec:
         if self.must_match is None and self.must_not_match is None:
             raise ValueError("give must_match, must_not_match or both")
-        from gateway.checks.declarative import compile_re2  # (RE2 loads with the checks)
+        from gateway.checks.patterns import compile_re2
 
         for p in (self.must_match, self.must_not_match):
             if p is not None:

@@ -16,7 +16,6 @@ from importlib import metadata
 from typing import Any, Final
 
 from gateway.checks.base import Abilities, Check
-from gateway.checks.kinds import PythonSpec
 
 __all__ = ("ENTRY_POINT_GROUP", "load_plugin")
 
@@ -24,7 +23,7 @@ ENTRY_POINT_GROUP: Final = "llm_gateway.checks"
 _NEEDS: Final = ("run", "run_partial", "good_prefix", "guard", "verdict")
 
 
-def _resolve(spec: PythonSpec) -> Any:
+def _resolve(spec: Any) -> Any:
     if spec.entry_point is not None:
         found = metadata.entry_points(group=ENTRY_POINT_GROUP, name=spec.entry_point)
         if not found:
@@ -46,8 +45,9 @@ def _resolve(spec: PythonSpec) -> Any:
     return obj
 
 
-def load_plugin(name: str, spec: PythonSpec) -> Check:
-    """The plugin's check, built and checked against the protocol; ``ValueError`` says
+def load_plugin(name: str, spec: Any) -> Check:
+    """The plugin's check (``spec``: a ``python`` check's spec: ``object`` or
+    ``entry_point``, ``options``), built and checked against the protocol; ``ValueError`` says
     what is wrong (not importable, not a check, refused its options)."""
     try:
         cls = _resolve(spec)

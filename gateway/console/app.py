@@ -15,12 +15,14 @@ from gateway.console import login, records, review, rules, tenants, tiers
 from gateway.console.auth import CsrfRefused, LoginRequired, login_url
 from gateway.console.client import ApiError
 from gateway.console.render import HERE, Pages, error_page
+from gateway.console.throttle import LoginThrottle
 
 STALE_FORM = "The form is stale or was sent from another page; reload the page and try again."
 
 
 def install(app: FastAPI) -> None:
     app.state.console = Pages()
+    app.state.login_throttle = LoginThrottle()  # failed logins, per client and in total
     app.mount("/console/static", StaticFiles(directory=HERE / "static"), name="console-static")
     for module in (login, tiers, rules, tenants, records, review):
         app.include_router(module.router)

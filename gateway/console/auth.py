@@ -32,8 +32,8 @@ class CsrfRefused(Exception):
     """A form without this session's CSRF token (stale, or posted from elsewhere)."""
 
 
-def current_session(request: Request) -> Session:
-    s = console_session(request)
+async def current_session(request: Request) -> Session:
+    s = await console_session(request)
     if s is None:
         raise LoginRequired(request.url.path)
     return s

@@ -131,11 +131,19 @@ class View:
 ViewDep = Annotated[View, Depends(View)]
 
 
-def login_page(request: Request, next_path: str, wrong: bool = False) -> HTMLResponse:
+def login_page(
+    request: Request, next_path: str, wrong: bool = False, retry_after: int = 0
+) -> HTMLResponse:
+    """The login form; ``wrong``: after a wrong token (401); ``retry_after``: too many
+    failed logins, try again in that many seconds (429)."""
     enabled = get_gateway(request).settings.admin_token is not None
-    status = 401 if wrong else (200 if enabled else 403)
+    status = 429 if retry_after else 401 if wrong else (200 if enabled else 403)
     ctx = {"next": next_path, "wrong": wrong, "enabled": enabled, "csrf": "", "who": None}
-    return pages(request).html("login.html", {**ctx, "here": request.url.path}, status)
+    ctx["retry_after"] = retry_after
+    page = pages(request).html("login.html", {**ctx, "here": request.url.path}, status)
+    if retry_after:
+        page.headers["Retry-After"] = str(retry_after)
+    return page
 
 
 def error_page(request: Request, status: int, message: str, errors: list[str]) -> HTMLResponse:

@@ -22,8 +22,6 @@ import time
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-import orjson
-
 from gateway.dispatch.bridge import bridge
 from gateway.dispatch.call import Call
 from gateway.dispatch.continuation import Continuer
@@ -32,6 +30,7 @@ from gateway.dispatch.finish import separator
 from gateway.dispatch.opening import StreamStart
 from gateway.dispatch.outcome import Failure, Trail, describe_fallback
 from gateway.dispatch.splice import DONE, Restart, Splice
+from gateway.dispatch.usage_event import drop_usage
 from gateway.dispatch.verdicts import Verdicts
 from gateway.errors import GatewayError, StreamBroken, error_body
 from gateway.headers import H_CHECKS_FAILED, H_CONTINUED, H_COST, H_FALLBACK, H_FINISH
@@ -392,28 +391,3 @@ class StreamRelay:
         if self.trail.checks_failed:  # delivered, though a check failed on it
             await sink.write(f": {H_CHECKS_FAILED} {self.trail.checks_failed}\n\n".encode())
         await sink.write_eof()
-
-
-def drop_usage(events: bytes) -> bytes:
-    """Complete SSE events without the usage-only event (``"choices": []``) that the
-    gateway asked the engine for on the client's behalf."""
-    at = events.rfind(b'"usage"')  # the usage event is the last before [DONE] (and some
-    if at < 0:  # engines send "usage": null in every event): only the last one is looked at
-        return events
-    before = events.rfind(b"\n\n", 0, at)
-    start = 0 if before < 0 else before + 2
-    end = events.find(b"\n\n", at)
-    end = len(events) if end < 0 else end + 2
-    if not _usage_only(events[start:end]):
-        return events
-    return events[:start] + events[end:]
-
-
-def _usage_only(event: bytes) -> bool:
-    for payload in data_payloads(event):
-        try:
-            obj = orjson.loads(payload)
-        except orjson.JSONDecodeError:
-            return False
-        return isinstance(obj, dict) and bool(obj.get("usage")) and not obj.get("choices")
-    return False

@@ -17,6 +17,7 @@ import logging
 import random
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from gateway.checks.base import CheckResult, Output
@@ -67,6 +68,16 @@ def _blank(node: Any, steps: tuple[str | int | None, ...]) -> None:
         node[step] = REDACTED
 
 
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """What the client got: from which tier, the text, after how long, for whom."""
+
+    tier: str
+    text: str
+    seconds: float
+    tenant: str | None
+
+
 class Review:
     """One runtime's sampler (the rules' ``review:`` section, the store's queue)."""
 
@@ -83,14 +94,7 @@ class Review:
         return self._s.sample >= 1.0 or random.random() < self._s.sample
 
     def caught(
-        self,
-        req: ClientRequest,
-        d: RouteDecision,
-        trail: Trail,
-        answered_by: str,
-        delivered: str,
-        tenant: str | None,
-        seconds: float,
+        self, req: ClientRequest, d: RouteDecision, trail: Trail, got: Delivered
     ) -> dict[str, Any]:
         """The item for a request whose way had a failed check."""
         cut = self._s.max_text_chars
@@ -107,13 +111,13 @@ class Review:
         return self._item(
             req.body,
             d,
-            tenant,
+            got.tenant,
             source="check",
             check=caught[0]["check"],
             caught=caught,
-            answered_by=answered_by,
-            delivered=delivered[:cut],
-            seconds=round(seconds, 4),
+            answered_by=got.tier,
+            delivered=got.text[:cut],
+            seconds=round(got.seconds, 4),
             failures=[f.short() for f in trail.failures],
         )
 

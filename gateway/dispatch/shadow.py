@@ -6,6 +6,11 @@ the last tier of the route's chain (the standard tier), and the two answers are
 compared. The comparison is recorded as metrics and kept, bounded, in the store, where
 ``python -m evals quality --shadow`` reports it. A shadow request never delays or
 changes the client's answer, and its failures are only counted.
+
+Where the quality circuit demoted a tier of the route (``RouteDecision.demoted``), the
+sampled copy goes to that tier instead: its answer is judged by the route's cheap checks
+and the verdict is one more probe of the tier (:attr:`Shadow.probed`), so shadow traffic
+keeps testing a demoted tier beside the circuit's own probes.
 """
 
 from __future__ import annotations
@@ -15,12 +20,15 @@ import logging
 import random
 import re
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 import orjson
 
+from gateway.checks.base import Check, Cost
+from gateway.dispatch.assemble import outputs
 from gateway.dispatch.fallback import reason
 from gateway.errors import StoreUnavailable
 from gateway.request.model import ClientRequest
@@ -34,6 +42,7 @@ log = logging.getLogger("gateway.dispatch.shadow")
 _WORD = re.compile(r"\w+", re.UNICODE)
 _PATHS = MappingProxyType({"chat": "/v1/chat/completions", "completions": "/v1/completions"})
 AGREE_AT = 0.6  # token F1 at or above which two answers count as agreeing
+Probed = Callable[[str, str, bool], None]  # (rule, tier, failed): a demoted tier's verdict
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,15 +94,23 @@ class Shadow:
         store: ShadowStore | None,
         telemetry: Telemetry,
         rng: random.Random | None = None,
+        checks: Mapping[str, Check] | None = None,
     ):
         self._pools = pools
         self._store = store
         self._tel = telemetry
         self._rng = rng or random.Random()
+        self._checks = checks or {}
+        self.probed: Probed | None = None  # a demoted tier's verdict, to the quality circuit
 
     def wanted(self, rate: float | None, d: RouteDecision, tier: str) -> str | None:
-        """The tier to shadow against, when this request is sampled; else None."""
-        if not rate or tier == d.tiers[-1] or self._rng.random() >= rate:
+        """The tier to shadow against, when this request is sampled (a tier the quality
+        circuit demoted for the route, else the chain's last); else None."""
+        if not rate:
+            return None
+        if d.demoted:
+            return d.demoted[0] if self._rng.random() < rate else None
+        if tier == d.tiers[-1] or self._rng.random() >= rate:
             return None
         return d.tiers[-1]
 
@@ -119,7 +136,10 @@ class Shadow:
                 orjson.dumps(body),
                 pool.limits(pool.tier.timeouts.total, stream=False),
             )
-            other = answer_text(req.kind, orjson.loads(data))
+            payload = orjson.loads(data)
+            other = answer_text(req.kind, payload)
+            if against in d.demoted:
+                self._judge(req, d, against, payload)
         except (AttemptFailed, orjson.JSONDecodeError) as e:
             self._tel.shadow_failures.add(1, {"tier": against})
             why = f"{reason(e)}: {e.detail}" if isinstance(e, AttemptFailed) else str(e)
@@ -149,3 +169,18 @@ class Shadow:
         }
         with contextlib.suppress(StoreUnavailable):
             await self._store.push_shadow(rec)
+
+    def _judge(self, req: ClientRequest, d: RouteDecision, tier: str, payload: Any) -> None:
+        """A demoted tier's shadow answer, judged by the route's cheap checks: a probe."""
+        if self.probed is None:
+            return
+        checks = [self._checks[n] for n in d.checks if n in self._checks]
+        cheap = [
+            c for c in checks if c.abilities.cost is Cost.CHEAP and not c.abilities.report_only
+        ]
+        try:
+            out = outputs(req.kind, payload)[0]
+        except (KeyError, IndexError, TypeError):
+            self.probed(d.rule, tier, True)  # not an answer: a failed probe
+            return
+        self.probed(d.rule, tier, self._tel.run_checks(cheap, out, req.facts) is not None)

@@ -116,6 +116,13 @@ class QualityCircuit:
         if tier in self._tiers and tier not in failed and rec.status < 400 and not rec.error_code:
             self._sample((rec.rule, tier), rec.checks_failed is not None, s, now)
 
+    def shadowed(self, rule: str, tier: str, failed: bool) -> None:
+        """A shadow copy's verdict on a tier demoted for ``rule``: one more probe of it."""
+        d = self._current.get((rule, tier))
+        s = self.settings(rule)
+        if d is not None and d.live(self._clock()) and not d.pinned and s.enabled:
+            self._probe((rule, tier), d, failed, s)
+
     def _sample(self, key: Key, failed: bool, s: QualitySettings, now: float) -> None:
         d = self._current.get(key)
         if d is not None and d.live(now):

@@ -271,7 +271,7 @@ def pick_arm(rule: Route, name: str, c: Classification, eff: Effective) -> tuple
         point -= arm.weight
         if point < 0:
             return arm.tier, arm.label
-    last = rule.split[-1]
+    last = [a for a in rule.split if a.weight > 0][-1]  # rounding: never an arm of weight 0
     return last.tier, last.label
 
 

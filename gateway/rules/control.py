@@ -95,17 +95,17 @@ class RulesControl:
             self._task = asyncio.get_running_loop().create_task(self._watch())
 
     async def _file_changed(self, text: str) -> None:
-        """The rules file is the operator's too: when its text is none the store has kept
-        (the file was edited while the gateway was stopped), it becomes a new version, as
-        the watcher would have made it while running. A text the store knows (the same
-        file, a copy of it, an older version) leaves the store's current version running:
-        an upload or a rollback survives a restart."""
+        """The rules file is the operator's too: when its text is not the one the store last
+        recorded from a file (it was edited while the gateway was stopped, or another file
+        is given), it becomes a new version, as the watcher would have made it while
+        running. Otherwise the store's current version stays: an upload or a rollback
+        survives a restart."""
         assert self.store is not None
         if text == self.text:
             return
-        for m in reversed(await self.store.rules_versions()):
-            if await self.store.rules_text(int(m["version"])) == text:
-                return
+        from_files = [m for m in await self.store.rules_versions() if _from_file(m)]
+        if from_files and await self.store.rules_text(int(from_files[-1]["version"])) == text:
+            return
         with contextlib.suppress(RulesError):  # recorded in last_error; the store's stays
             v = await self.submit(text, str(self.path), "startup: the file changed")
             log.info("rules: %s changed while the gateway was stopped: version %d", self.path, v)
@@ -126,6 +126,28 @@ class RulesControl:
                 log.error("rules from %s rejected: %s", source, "; ".join(e.errors))
                 raise
             self.last_error = None
+            if self.store is None:
+                self._swap(self.version + 1, text, rules)
+                return self.version
+            version = await self._store(text, {"source": source, "by": by})
+            self._apply(rules)
+            return version
+
+    async def amend(self, edit: Callable[[str], str | None], source: str, by: str) -> int | None:
+        """A change made from the running text (a rollout's step): ``edit`` is given the
+        store's current text, read once it is this change's turn (so no upload made
+        meanwhile is lost), and answers the new text, or None to change nothing. The new
+        text is validated, stored and announced as :meth:`submit` does; RulesError if it
+        is invalid (:attr:`last_error` stays the file's and the uploads')."""
+        async with self._changing:
+            current = self.text
+            if self.store is not None:
+                cur = await self.store.current_rules()
+                current = cur[1] if cur is not None else current
+            text = edit(current)
+            if text is None or text == current:
+                return None
+            rules = await self.parse_off_loop(text, source)
             if self.store is None:
                 self._swap(self.version + 1, text, rules)
                 return self.version
@@ -231,3 +253,10 @@ class RulesControl:
         except Exception as e:
             self.last_error = {"source": str(self.path), "errors": [repr(e)], "at": time.time()}
             log.exception("rules file %s could not be applied", self.path)
+
+
+def _from_file(meta: dict[str, Any]) -> bool:
+    """Whether a stored version was read from a rules file (its source is a path), not
+    uploaded."""
+    source = str(meta.get("source", ""))
+    return "/" in source or source.endswith((".yaml", ".yml"))

@@ -15,6 +15,7 @@ from typing import Any, Final, Literal
 from pydantic import Field, field_validator
 
 from gateway.checks.registry import BUILTINS
+from gateway.rules.analysis import Analysis
 from gateway.rules.base import Strict
 from gateway.rules.cache import CacheRule
 from gateway.rules.quality import QualitySettings
@@ -48,7 +49,9 @@ class Arm(Strict):
     """One arm of a canary split: a share of the rule's traffic sent to ``tier`` first."""
 
     tier: str
-    weight: float = Field(gt=0, description="relative share of the rule's traffic")
+    weight: float = Field(
+        ge=0, description="relative share of the rule's traffic (0: none, e.g. rolled back)"
+    )
     name: str | None = Field(
         default=None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$"
     )
@@ -66,6 +69,11 @@ class Route(Strict):
         description="canary: share the traffic by weight between arms (tiers), sticky per "
         "x-session-id header, else the body's user, else the API key, else the prompt; "
         "the chosen arm's tier replaces ``tier`` (the fallbacks stay)",
+    )
+    analysis: Analysis | None = Field(
+        default=None,
+        description="judge the split's canary against its baseline and step its share "
+        "(gateway.rules.analysis)",
     )
     sla: str | None = Field(
         default=None,

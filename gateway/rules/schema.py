@@ -23,6 +23,7 @@ from pydantic import Field, ValidationError
 from gateway.checks.config import NAMED, CheckSettings
 from gateway.checks.kinds import KINDS
 from gateway.checks.registry import CHECK_NAMES
+from gateway.rules.analysis import Analysis, analysis_errors
 from gateway.rules.base import Strict
 from gateway.rules.classification import (
     Classify,
@@ -50,6 +51,7 @@ from gateway.rules.tiers import (
 
 __all__ = (
     "GUARDS",
+    "Analysis",
     "Arm",
     "Circuit",
     "Classify",
@@ -155,6 +157,9 @@ def _split_errors(path: str, rt: Route, r: Rules) -> list[str]:
         if arm.label in labels:
             errs.append(f"{path}.split[{i}]: duplicate arm {arm.label!r} (name the arms)")
         labels.add(arm.label)
+    if rt.split and not any(arm.weight > 0 for arm in rt.split):
+        errs.append(f"{path}.split: every arm's weight is 0 (one needs a share)")
+    errs.extend(analysis_errors(path, tuple(a.label for a in rt.split), rt.analysis))
     return errs
 
 

@@ -86,9 +86,9 @@ class BodyBudget:
         self._pending = None
         if self.held:
             return  # a large body came meanwhile: its own release trims
-        self._trimmed_at = time.monotonic()
         self.trims += 1
         gc.collect()  # first: what a cycle held is then free memory the trim hands back
+        self._trimmed_at = time.monotonic()  # (after it: trims stay a second apart)
         if self._trim is not None:
             self._trim()
 

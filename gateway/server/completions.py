@@ -24,6 +24,7 @@ from gateway.cache import Ask
 from gateway.dispatch.fallback import reason
 from gateway.dispatch.outcome import Outcome
 from gateway.dispatch.relay import Sink, StreamRelay
+from gateway.dispatch.review import Delivered
 from gateway.dispatch.shadow import Served, answer_text
 from gateway.errors import (
     BodyTimeout,
@@ -114,6 +115,7 @@ async def handle(request: web.Request, ep: Endpoint) -> web.StreamResponse:
                 rec = t.ex.record()
                 gw.telemetry.record(rec)
                 gw.quality.observe(rec)  # the quality circuit counts its tiers' answers
+                gw.rollouts.observe(rec)  # an analysed rule's arms are counted
                 if gw.telemetry.tracing:
                     t.ex.annotate(span)
 
@@ -294,8 +296,8 @@ def _maybe_review(t: _Turn, req: ClientRequest, text: Callable[[], str]) -> None
     if eff is None or d is None or not rt.review.wanted(ex.trail, eff.policy.review is False):
         return
     assert ex.trail is not None
-    took = time.perf_counter() - ex.t0
-    item = rt.review.caught(req, d, ex.trail, ex.tier, text(), eff.tenant_id, took)
+    got = Delivered(ex.tier, text(), time.perf_counter() - ex.t0, eff.tenant_id)
+    item = rt.review.caught(req, d, ex.trail, got)
     t.gw.spawn(rt.review.keep(item))
 
 

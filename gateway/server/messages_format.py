@@ -94,7 +94,8 @@ def _extras(body: dict[str, Any], chat: dict[str, Any]) -> None:
     if tools is not None:
         if not isinstance(tools, list):
             raise bad_type("tools", "an array", tools)
-        chat["tools"] = [_tool(t, f"tools[{i}]") for i, t in enumerate(tools)]
+        if tools:  # an empty list (Claude Code with no tools) is no tools to an engine
+            chat["tools"] = [_tool(t, f"tools[{i}]") for i, t in enumerate(tools)]
     choice = body.get("tool_choice")
     if isinstance(choice, dict):
         kind = choice.get("type")
@@ -106,7 +107,9 @@ def _extras(body: dict[str, Any], chat: dict[str, Any]) -> None:
             raise InvalidField(
                 f"Invalid 'tool_choice.type': {kind!r}.", param="tool_choice", code="invalid_value"
             )
-        if choice.get("disable_parallel_tool_use") is True and tools:
+        if "tools" not in chat and chat["tool_choice"] in ("auto", "none"):
+            del chat["tool_choice"]  # no tools: nothing to choose (engines refuse a choice)
+        elif choice.get("disable_parallel_tool_use") is True and tools:
             chat["parallel_tool_calls"] = False
 
 

@@ -35,6 +35,7 @@ from gateway.dispatch.shadow import Shadow
 from gateway.quality import QualityCircuit
 from gateway.request.model import ClientRequest
 from gateway.routing.classify import Classifier, check_model
+from gateway.rollout import Rollouts
 from gateway.routing.router import Demoted, RouteDecision, Router
 from gateway.routing.textmodel import ModelFiles
 from gateway.rules.control import RulesControl
@@ -111,6 +112,7 @@ class Gateway:
     model_files: ModelFiles = field(default_factory=ModelFiles)  # the classifier's weights
     webhooks: WebhookClient = field(default_factory=WebhookClient)  # the webhook checks' client
     quality: QualityCircuit = field(init=False)  # the quality circuit (gateway.quality)
+    rollouts: Rollouts = field(init=False)  # judged canary rollouts (gateway.rollout)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
     @classmethod
@@ -143,6 +145,8 @@ class Gateway:
         gw.cache = build_cache(settings, store, tel, gw.spawn)
         replica = f"{socket.gethostname()}/{os.getpid()}"
         gw.quality = QualityCircuit(rules, store, replica, gw.spawn)
+        gw.rollouts = Rollouts(rules, store, f"{replica}/{secrets.token_hex(3)}")
+        rt.shadow.probed = gw.quality.shadowed  # shadow copies probe a demoted tier too
         return gw
 
     def use_rules(self, rules: Rules) -> None:
@@ -159,10 +163,12 @@ class Gateway:
             self.spawn(old.pools.retire(grace))
         old_dispatcher = old.dispatcher
         self.quality.use_rules(rules)
+        self.rollouts.use_rules(rules)
         self.runtime = _runtime(
             rules, pools, self.telemetry, self.store, self.model_files, self.webhooks
         )
         self.spawn(old_dispatcher.verdicts.aclose_later())
+        self.runtime.shadow.probed = self.quality.shadowed
 
     def prepare_rules(self, rules: Rules, source: str) -> Rules:
         """A new version as this gateway runs it (the settings' pool URLs over its
@@ -208,6 +214,7 @@ class Gateway:
         )
         self.control.file_first = self.settings.redis_url is None  # one machine: its file
         await self.control.start()
+        self.spawn(self.rollouts.run(self.control))  # counts; judges while it holds the lease
         if self.store is not None:
             await self.quality.load()  # the fleet's demotions, before the first request
             self.spawn(self._listen())
@@ -254,6 +261,7 @@ class Gateway:
         for t in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
+        await self.rollouts.close()  # its last counts, and the lease given up
         await self.runtime.dispatcher.verdicts.aclose()
         await self.webhooks.close()
         await self.access.close()  # stops renewing slots; writes what usage it still can
@@ -285,7 +293,7 @@ def _runtime(
         router=Router(rules),
         pools=pools,
         dispatcher=dispatcher,
-        shadow=Shadow(pools, store, tel),
+        shadow=Shadow(pools, store, tel, checks=checks),
         review=review,
         models_body=_models_body(rules, served),
     )

@@ -2,10 +2,12 @@
 
 One small protocol per concern — :class:`TenantStore`, :class:`KeyStore`,
 :class:`AdmissionStore`, :class:`UsageStore`, :class:`AuditStore`, :class:`ShadowStore`,
-:class:`RevealStore`, :class:`DemotionStore`, :class:`EventBus`, and the rules' own
+:class:`RevealStore`, :class:`DemotionStore`, :class:`RolloutStore`,
+:class:`LeaseStore`, :class:`EventBus`, and the rules' own
 :class:`gateway.rules.control.RulesVersions` — joined as :class:`Store`. Each concern is
 one module holding its implementations (``tenants``, ``keys``, ``admission``, ``usage``,
-``records``, ``reveals``, ``versions``, ``demotions``, ``events``), joined three times:
+``records``, ``reveals``, ``versions``, ``demotions``, ``rollouts``, ``leases``,
+``events``), joined three times:
 
 * :class:`gateway.store.redis_store.RedisStore` — shared by every gateway replica: one
   Redis, a Sentinel-watched master or a Cluster, through one connection helper
@@ -160,6 +162,42 @@ class DemotionStore(Protocol):
         """The live demotions (not past their ``until``)."""
 
 
+class SessionStore(Protocol):
+    """Console sessions ended before they expire (a logout), shared by every process that
+    shares the store (:mod:`gateway.store.sessions`)."""
+
+    async def end_session(self, sid: str, until: float) -> None:
+        """Session ``sid`` is over; remembered until ``until`` (epoch s), when it expires."""
+
+    async def session_ended(self, sid: str) -> bool: ...
+
+
+class RolloutStore(Protocol):
+    """Judged rollouts: each arm's counts summed over every replica, in time buckets, and
+    each analysed rule's rollout record (:mod:`gateway.store.rollouts`)."""
+
+    async def count_rollout(self, rule: str, counts: Mapping[tuple[int, str], int]) -> None:
+        """Add ``counts`` (field ``(bucket start in ms, name)``: a number) to ``rule``'s."""
+
+    async def rollout_counts(self, rule: str, since_ms: int) -> dict[tuple[int, str], int]:
+        """``rule``'s counts in the buckets from ``since_ms`` on (the older ones are dropped)."""
+
+    async def put_rollout(self, rule: str, doc: dict[str, Any]) -> None: ...
+    async def rollouts(self) -> dict[str, dict[str, Any]]: ...
+
+
+class LeaseStore(Protocol):
+    """One holder of a named job among the processes sharing the store, with an expiry
+    (:mod:`gateway.store.leases`)."""
+
+    async def hold_lease(self, name: str, owner: str, ttl_s: float) -> bool:
+        """Take the lease when it is free or expired, renew it when ``owner`` holds it: True
+        when ``owner`` holds it for ``ttl_s`` more seconds."""
+
+    async def drop_lease(self, name: str, owner: str) -> None: ...
+    async def lease_holder(self, name: str) -> str | None: ...
+
+
 class EventBus(Protocol):
     """Every replica's view of the store's writes. The writes announce themselves; a
     consumer iterates :meth:`events` and ``match``es on the event types."""
@@ -180,6 +218,9 @@ class Store(
     RevealStore,
     RulesVersions,
     DemotionStore,
+    SessionStore,
+    RolloutStore,
+    LeaseStore,
     EventBus,
     Protocol,
 ):

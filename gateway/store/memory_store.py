@@ -8,9 +8,12 @@ from gateway.store.demotions import MemoryDemotions
 from gateway.store.events import MemoryEvents
 from gateway.store.health import StoreHealth
 from gateway.store.keys import MemoryKeys
+from gateway.store.leases import MemoryLeases
 from gateway.store.records import MemoryAudit, MemoryShadow
 from gateway.store.reveals import MemoryReveals
 from gateway.store.review import MemoryReview
+from gateway.store.rollouts import MemoryRollouts
+from gateway.store.sessions import MemorySessions
 from gateway.store.tenants import MemoryTenants
 from gateway.store.usage import MemoryUsage
 from gateway.store.versions import MemoryRules
@@ -27,6 +30,9 @@ class MemoryStore(
     MemoryReveals,
     MemoryRules,
     MemoryDemotions,
+    MemorySessions,
+    MemoryRollouts,
+    MemoryLeases,
     MemoryEvents,
 ):
     """Everything in this process; nothing survives a restart. Never degraded."""

@@ -61,6 +61,7 @@ _REASONS: tuple[tuple[type[BaseException], str], ...] = (
 )
 _CODE = re.compile(r"^([A-Z]{3,20})\b")  # a Redis error code: BUSY, MISCONF, NOREPLICAS...
 _SPARE = 8  # connections beyond the in-flight limit: pub/sub and the probe
+_PROBE_GAP_S = 0.1  # a refused call asks for a probe now, but never more often than this
 _MAP_TIMEOUTS = 5  # a Cluster's first call may take this many timeouts to map it
 
 
@@ -95,6 +96,7 @@ class RedisConn:
         self._sentinel: Sentinel | None = None
         self.r: Any = self._client(max_connections + _SPARE)
         self._probe: asyncio.Task[None] | None = None
+        self._wanted = asyncio.Event()  # a call was refused: probe now, not at the next tick
         self._next_node = 0  # the cluster node the next subscriber connects to
         self._mapped = False  # a Cluster client has mapped the cluster
 
@@ -156,6 +158,7 @@ class RedisConn:
             self.health.check()
         except StoreUnavailable:
             _discard(aw)
+            self._wanted.set()
             raise
         if self.cluster and not self._mapped:
             await self._map(aw)
@@ -197,10 +200,20 @@ class RedisConn:
             self._probe = asyncio.get_running_loop().create_task(self._probe_until_back())
 
     async def _probe_until_back(self) -> None:
-        """While the breaker is open: try a write every ``probe_interval``; the first that
-        works closes it (a read-only replica, a full memory or a stalled Redis keep it open)."""
+        """While the breaker is open: try a write every ``probe_interval``, and as soon as a
+        call is refused (at most every :data:`_PROBE_GAP_S`); the first that works closes it
+        (a read-only replica, a full memory or a stalled Redis keep it open). Probing on
+        demand, not only on a cycle that began when this process's breaker opened, brings
+        every process with traffic back within about ``_PROBE_GAP_S`` of the store, and its
+        admin listener with its data plane, whatever their phases."""
+        last = time.monotonic()
         while self.health.degraded:
-            await asyncio.sleep(self.health.probe_interval)
+            self._wanted.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.health.probe_interval):
+                    await self._wanted.wait()
+            await asyncio.sleep(max(0.0, last + _PROBE_GAP_S - time.monotonic()))
+            last = time.monotonic()
             unmapped = self.cluster and not self._mapped
             try:
                 async with asyncio.timeout(self.timeout * (_MAP_TIMEOUTS if unmapped else 2)):

@@ -15,10 +15,13 @@ from gateway.store.demotions import RedisDemotions
 from gateway.store.events import RedisEvents
 from gateway.store.health import StoreHealth
 from gateway.store.keys import RedisKeys
+from gateway.store.leases import RedisLeases
 from gateway.store.records import RedisAudit, RedisShadow
 from gateway.store.redis_conn import RedisConn
 from gateway.store.reveals import RedisReveals
 from gateway.store.review import RedisReview
+from gateway.store.rollouts import RedisRollouts
+from gateway.store.sessions import RedisSessions
 from gateway.store.tenants import RedisTenants
 from gateway.store.usage import RedisUsage
 from gateway.store.versions import RedisRules
@@ -35,6 +38,9 @@ class RedisStore(
     RedisReveals,
     RedisRules,
     RedisDemotions,
+    RedisSessions,
+    RedisRollouts,
+    RedisLeases,
     RedisEvents,
 ):
     """The shared store. ``url``: any ``GATEWAY_REDIS_URL`` (one Redis, Sentinel, Cluster)."""

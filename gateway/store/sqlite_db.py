@@ -68,6 +68,17 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         " label TEXT, doc BLOB NOT NULL)",
         "CREATE INDEX review_by_time ON review (at)",
     ),
+    (  # 4: console sessions ended by a logout (gateway.store.sessions)
+        "CREATE TABLE ended_sessions (sid TEXT PRIMARY KEY, until REAL NOT NULL) WITHOUT ROWID",
+    ),
+    (  # 5: judged rollouts' counts and records, and leases (gateway.store.rollouts, .leases)
+        "CREATE TABLE rollout_counts (rule TEXT NOT NULL, bucket INTEGER NOT NULL,"
+        " field TEXT NOT NULL, n INTEGER NOT NULL, PRIMARY KEY (rule, bucket, field))"
+        " WITHOUT ROWID",
+        "CREATE TABLE rollouts (rule TEXT PRIMARY KEY, doc BLOB NOT NULL)",
+        "CREATE TABLE leases (name TEXT PRIMARY KEY, owner TEXT NOT NULL,"
+        " until_ms INTEGER NOT NULL)",
+    ),
 )
 
 

@@ -19,9 +19,12 @@ from gateway.store.demotions import SqliteDemotions
 from gateway.store.events import SqliteEvents
 from gateway.store.health import StoreHealth
 from gateway.store.keys import SqliteKeys
+from gateway.store.leases import SqliteLeases
 from gateway.store.records import SqliteAudit, SqliteShadow
 from gateway.store.reveals import SqliteReveals
 from gateway.store.review import SqliteReview
+from gateway.store.rollouts import SqliteRollouts
+from gateway.store.sessions import SqliteSessions
 from gateway.store.sqlite_db import SqliteDb
 from gateway.store.tenants import SqliteTenants
 from gateway.store.usage import SqliteUsage
@@ -41,6 +44,9 @@ class SqliteStore(
     SqliteReveals,
     SqliteRules,
     SqliteDemotions,
+    SqliteSessions,
+    SqliteRollouts,
+    SqliteLeases,
     SqliteEvents,
 ):
     """The file at ``path`` (created with its folder; migrated to this gateway's schema).

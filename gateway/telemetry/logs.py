@@ -49,12 +49,23 @@ MALFORMED = RequestRecord(
 
 class AccessLines:
     """The access log's line of a request: every request's when the access log is on (at
-    info), else the refused and the failed ones' (at warning), each kind sampled."""
+    info), else the refused and the failed ones' (at warning), each kind sampled. Between
+    :meth:`start` and :meth:`stop`, the HTTP servers' malformed requests are quiet and
+    handed to ``malformed`` (:class:`Malformed`)."""
 
-    def __init__(self, log: logging.Logger):
+    def __init__(self, log: logging.Logger, malformed: Callable[[], None]):
         self._log = log
         self._refused = LineBudget(log, "refused requests")
         self._failed = LineBudget(log, "failed requests")
+        self._filter = Malformed(malformed)
+
+    def start(self) -> None:
+        for name in SERVER_LOGGERS:
+            logging.getLogger(name).addFilter(self._filter)
+
+    def stop(self) -> None:
+        for name in SERVER_LOGGERS:
+            logging.getLogger(name).removeFilter(self._filter)
 
     def write(self, rec: RequestRecord) -> None:
         if self._log.isEnabledFor(logging.INFO):  # the access log, asked for: every line
@@ -142,19 +153,6 @@ def escaped(text: object, limit: int = MAX_DETAIL) -> str:
     if len(s) <= limit and len(out) <= limit:
         return out
     return out[:limit] + "...[cut]"
-
-
-def install(refused: Callable[[], None]) -> Callable[[], None]:
-    """Put a :class:`Malformed` filter on the server loggers; the function that takes it off."""
-    f = Malformed(refused)
-    for name in SERVER_LOGGERS:
-        logging.getLogger(name).addFilter(f)
-
-    def remove() -> None:
-        for name in SERVER_LOGGERS:
-            logging.getLogger(name).removeFilter(f)
-
-    return remove
 
 
 class JsonFormatter(logging.Formatter):

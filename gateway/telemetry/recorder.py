@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -36,7 +37,6 @@ from opentelemetry.sdk.resources import Resource
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gateway.checks.base import Check, CheckResult, Output, RequestFacts
-from gateway.telemetry import logs
 from gateway.telemetry.cache_meters import CacheMeters
 from gateway.telemetry.histograms import Histogram, HistogramCollector
 from gateway.telemetry.logs import MALFORMED, AccessLines
@@ -187,17 +187,20 @@ class Telemetry:
         self._tenants: set[str] = set()
         self._interval = flush_interval
         self._task: asyncio.Task[None] | None = None
-        self._lines = AccessLines(access_log)  # refused and failed requests' lines: sampled
-        self._unfilter: Callable[[], None] | None = None
+
+    @functools.cached_property
+    def _lines(self) -> AccessLines:
+        """The access log's lines; a malformed request the HTTP server refused is counted as
+        one more refused request."""
+        return AccessLines(access_log, lambda: self._pending.append(MALFORMED))
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._flusher())
-        self._unfilter = logs.install(lambda: self._pending.append(MALFORMED))
+        self._lines.start()
 
     async def close(self) -> None:
-        if self._unfilter is not None:
-            self._unfilter()
+        self._lines.stop()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

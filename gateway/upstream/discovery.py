@@ -8,7 +8,8 @@ replicas serve is used, so one misconfigured replica does not rename the tier.
 A tier without ``context_window`` reads it there too, where the engine reports it
 (``max_model_len``: vLLM, SGLang, the simulator): the smallest any replica reports for
 the model the tier sends. An engine's own "too long for my context" answer names its
-window too (:mod:`.refusals`): the tier keeps that one where nothing else is known.
+window too (:mod:`.refusals`), and a hosted model's is in LiteLLM's model map
+(``max_input_tokens``): the tier keeps those where the rules name none.
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ class ModelBook:
     chosen: str | None = None
     disagree: bool = False
     windows: dict[str, dict[str, int]] = field(default_factory=dict)  # url -> model -> window
-    learned: int | None = None  # the window an engine named when it refused a long prompt
+    # the window an engine named when it refused a long prompt (a hosted model: LiteLLM's map)
+    learned: int | None = None
 
     def record(self, url: str, ids: tuple[str, ...], windows: dict[str, int] | None = None) -> None:
         if ids:

@@ -43,7 +43,7 @@ from gateway.upstream.failures import (
     TierRefused,
     status_error,
 )
-from gateway.upstream.transport import Timeouts, UpstreamStream, short
+from gateway.upstream.transport import MAX_ERROR_BODY, Timeouts, UpstreamStream, short
 
 log = logging.getLogger("gateway.upstream.litellm")
 
@@ -129,6 +129,8 @@ class LiteLLMTransport:
         # LiteLLM answers a model it has not mapped with its provider's defaults, price 0
         if isinstance(cost_in, int | float) and isinstance(cost_out, int | float):
             self.price = (float(cost_in), float(cost_out)) if cost_in or cost_out else None
+        window = info.get("max_input_tokens")  # the context window, where the map knows it
+        self.window = window if isinstance(window, int) and window > 0 else None
 
     def _info(self) -> dict[str, Any]:
         """What LiteLLM's model map knows of this model (empty when it knows nothing)."""
@@ -187,7 +189,8 @@ def as_attempt_error(e: Exception) -> AttemptFailed:
     """A LiteLLM exception as its type of :mod:`gateway.upstream.failures`."""
     status = getattr(e, "status_code", None)
     name = type(e).__name__
-    message = str(getattr(e, "message", "") or e)
+    # bounded as an engine's error body is (a provider's message may quote the prompt)
+    message = str(getattr(e, "message", "") or e)[:MAX_ERROR_BODY]
     if name == "Timeout" or isinstance(e, TimeoutError):
         return AnswerTimeout(short(e))
     if name == "APIConnectionError" or not isinstance(status, int):

@@ -87,6 +87,7 @@ class Pool:
         if hosted is not None:  # what LiteLLM's model map says, where the rules do not
             pool.continues = hosted.prefill
             pool.price = pool.price or hosted.price
+            pool.models.learned = hosted.window
         return pool
 
     def cost(self, usage: dict[str, Any] | None) -> float | None:

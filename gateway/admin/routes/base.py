@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import MappingProxyType
 from typing import Any
 
@@ -30,7 +30,7 @@ def errors(*statuses: int | str) -> dict[int | str, dict[str, Any]]:
     return {s: {"model": ErrorOut, "description": _WHY[s]} for s in statuses}
 
 
-def admin_router(tag: str, auth: Callable[..., None] = admin_token) -> APIRouter:
+def admin_router(tag: str, auth: Callable[..., Awaitable[None] | None] = admin_token) -> APIRouter:
     """A router of admin routes; ``auth``: the check every route of it makes first."""
     return APIRouter(
         route_class=AdminRoute,
