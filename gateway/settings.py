@@ -11,19 +11,22 @@ import ipaddress
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Literal
-from urllib.parse import unquote, urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from gateway.storeurl import store_target
 
 _POOL_ENV = re.compile(r"^GATEWAY_POOL_([A-Z0-9_]+)_URLS$")
 _MODEL_ENV = re.compile(r"^GATEWAY_POOL_([A-Z0-9_]+)_MODEL$")
 _TIER_ENV = re.compile(r"^GATEWAY_POOL_[A-Z0-9_]+_(URLS|MODEL)$")
 # the settings read from a family of variables, one per tier, not from GATEWAY_<FIELD>
-_FAMILIES = {"pool_urls": "GATEWAY_POOL_<TIER>_URLS", "pool_models": "GATEWAY_POOL_<TIER>_MODEL"}
+_FAMILIES = MappingProxyType(
+    {"pool_urls": "GATEWAY_POOL_<TIER>_URLS", "pool_models": "GATEWAY_POOL_<TIER>_MODEL"}
+)
 # the repository's rules; an installed package carries a copy (gateway/routing_rules.yaml is a
 # link to it in the repository, a file in a wheel)
 _HERE = Path(__file__).resolve().parent
@@ -279,66 +282,6 @@ def _networks(text: str) -> tuple[IPNetwork, ...]:
                 "(write 10.0.0.5 or 10.0.0.0/8)"
             ) from None
     return tuple(out)
-
-
-@dataclass(frozen=True, slots=True)
-class StoreTarget:
-    """Where the shared store is, parsed from ``GATEWAY_REDIS_URL``.
-
-    ``kind``: ``single`` (one Redis: ``redis://``, ``rediss://``, ``unix://``, passed to
-    redis-py as it is), ``sentinel`` (``nodes`` are the Sentinels, ``master`` the service
-    name they watch) or ``cluster`` (``nodes`` are start-up nodes of a Redis Cluster).
-    """
-
-    kind: Literal["single", "sentinel", "cluster"]
-    url: str = field(default="", repr=False)
-    nodes: tuple[tuple[str, int], ...] = ()
-    master: str = ""
-    db: int = 0
-    username: str | None = None
-    password: str | None = field(default=None, repr=False)
-
-
-_SINGLE = ("redis://", "rediss://", "unix://")
-_SCHEMES = "redis://, rediss://, unix://, redis+sentinel:// or redis+cluster://"
-
-
-def store_target(url: str) -> StoreTarget:
-    """Parse a store URL; a ValueError says in one line what is wrong (never echoing a
-    password)."""
-    if url.startswith(_SINGLE):
-        try:
-            urlsplit(url).port  # noqa: B018 (a bad port raises here, not at the first call)
-        except ValueError:
-            raise ValueError("store URL: the port is not a number") from None
-        return StoreTarget("single", url=url)
-    scheme, sep, rest = url.partition("://")
-    if not sep or scheme not in ("redis+sentinel", "redis+cluster"):
-        raise ValueError(f"unsupported store URL scheme {scheme + '://'!r}; use {_SCHEMES}")
-    auth, _, rest = rest.rpartition("@")
-    hosts, _, path = rest.partition("/")
-    nodes = tuple(_node(h) for h in hosts.split(",") if h.strip())
-    if not nodes:
-        raise ValueError(f"{scheme}:// needs at least one host:port")
-    user, _, password = auth.partition(":") if auth else ("", "", "")
-    who = StoreTarget("cluster", nodes=nodes, username=unquote(user) or None)
-    who = replace(who, password=unquote(password) or None)
-    parts = [p for p in path.split("/") if p]
-    if scheme == "redis+cluster":
-        if parts:
-            raise ValueError("redis+cluster:// takes no path (a cluster has only database 0)")
-        return who
-    if not 1 <= len(parts) <= 2 or (len(parts) == 2 and not parts[1].isdigit()):
-        raise ValueError("redis+sentinel:// needs /<master-name> and optionally /<db>")
-    db = int(parts[1]) if len(parts) == 2 else 0
-    return replace(who, kind="sentinel", master=unquote(parts[0]), db=db)
-
-
-def _node(hostport: str) -> tuple[str, int]:
-    host, sep, port = hostport.strip().rpartition(":")
-    if not sep or not port.isdigit() or not host or not 0 < int(port) < 65536:
-        raise ValueError(f"store URL: {hostport.strip()!r} is not host:port")
-    return host.strip("[]"), int(port)
 
 
 def pool_urls_from_env(environ: Mapping[str, str]) -> dict[str, tuple[str, ...]]:

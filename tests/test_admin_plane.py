@@ -417,7 +417,12 @@ def test_a_taken_admin_port_is_a_clear_error(tmp_path: Path) -> None:
             text=True,
             timeout=30,
             cwd=ROOT,
-            env={"PATH": "/usr/bin:/bin", "GATEWAY_ADMIN_PORT": str(busy)},
+            env={
+                "PATH": "/usr/bin:/bin",
+                "GATEWAY_ADMIN_PORT": str(busy),
+                "GATEWAY_ADMIN_TOKEN": ADMIN,  # the admin API on: without it, no listener
+                "GATEWAY_STORE_PATH": ":memory:",
+            },
         )
     assert r.returncode == 2, r.stdout + r.stderr
     assert f"error: the admin API cannot listen on 127.0.0.1:{busy}" in r.stderr

@@ -24,7 +24,6 @@ from gateway.access.backlog import Unsettled, UsageBacklog
 from gateway.access.cache import KeyCache
 from gateway.access.guard import Access
 from gateway.errors import RateLimited, ServiceUnavailable, StoreUnavailable
-from gateway.settings import store_target
 from gateway.store.base import Store, Usage, Used
 from gateway.store.events import KeyChanged, Resync, RulesChanged, TenantChanged
 from gateway.store.health import StoreHealth
@@ -32,6 +31,7 @@ from gateway.store.memory_store import MemoryStore
 from gateway.store.redis_conn import reason_of
 from gateway.store.redis_store import RedisStore
 from gateway.store.sqlite_store import SqliteStore
+from gateway.storeurl import store_target
 from gateway.tenancy.limits import (
     DEBIT_LUA,
     SLOT_LEASE_MS,

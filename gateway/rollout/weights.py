@@ -24,7 +24,8 @@ def _get(node: yaml.Node, key: str) -> yaml.Node | None:
         return None
     for k, v in node.value:
         if isinstance(k, yaml.ScalarNode) and k.value == key:
-            return v
+            found: yaml.Node = v
+            return found
     return None
 
 
@@ -64,26 +65,18 @@ def set_weights(text: str, rule: str, weights: Mapping[str, float]) -> str:
     for arm in split.value:
         label = _scalar(_get(arm, "name")) or _scalar(_get(arm, "tier"))
         weight = _get(arm, "weight")
-        if label not in weights:
+        if label is None or label not in weights:
             continue
         if not isinstance(weight, yaml.ScalarNode):
             raise StepRefused(f"arm {label!r} of rule {rule!r} has no weight to change")
         edits.append((weight.start_mark.index, weight.end_mark.index, _number(weights[label])))
-    if {label for label in weights} - {_label_at(split, e) for e in edits}:
+    if len(edits) != len(weights):
         raise StepRefused(f"rule {rule!r} lacks an arm of {sorted(weights)}")
     out = text
     for start, end, value in sorted(edits, reverse=True):
         out = out[:start] + value + out[end:]
     _verify(text, out, rule, weights)
     return out
-
-
-def _label_at(split: yaml.SequenceNode, edit: tuple[int, int, str]) -> str | None:
-    for arm in split.value:
-        w = _get(arm, "weight")
-        if w is not None and w.start_mark.index == edit[0]:
-            return _scalar(_get(arm, "name")) or _scalar(_get(arm, "tier"))
-    return None
 
 
 def _verify(before: str, after: str, rule: str, weights: Mapping[str, float]) -> None:

@@ -29,6 +29,7 @@ weight 0); one that is no worse once the step has lasted ``interval`` and both a
 
 from __future__ import annotations
 
+import itertools
 from typing import Literal
 
 from pydantic import Field, field_validator
@@ -80,7 +81,7 @@ class Analysis(Strict):
     def _steps(cls, v: tuple[float, ...]) -> tuple[float, ...]:
         if any(not 0 < s <= 100 for s in v):
             raise ValueError("every step is a share in percent, above 0 and at most 100")
-        if any(b <= a for a, b in zip(v, v[1:], strict=False)):
+        if any(b <= a for a, b in itertools.pairwise(v)):
             raise ValueError("the steps must increase")
         if v[-1] != 100:
             raise ValueError("the last step must be 100 (the canary carries the rule)")

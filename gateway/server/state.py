@@ -34,8 +34,8 @@ from gateway.dispatch.review import Review
 from gateway.dispatch.shadow import Shadow
 from gateway.quality import QualityCircuit
 from gateway.request.model import ClientRequest
-from gateway.routing.classify import Classifier, check_model
 from gateway.rollout import Rollouts
+from gateway.routing.classify import Classifier, check_model
 from gateway.routing.router import Demoted, RouteDecision, Router
 from gateway.routing.textmodel import ModelFiles
 from gateway.rules.control import RulesControl

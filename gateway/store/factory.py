@@ -19,13 +19,14 @@ import sqlite3
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from gateway.settings import Settings, store_target
+from gateway.settings import Settings
 from gateway.store.base import Store
 from gateway.store.health import StoreHealth
 from gateway.store.memory_store import MemoryStore
 from gateway.store.redis_store import RedisStore
 from gateway.store.sqlite_db import SqliteDb
 from gateway.store.sqlite_store import SqliteStore
+from gateway.storeurl import store_target
 
 MEMORY = ":memory:"
 

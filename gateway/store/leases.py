@@ -51,7 +51,9 @@ class RedisLeases(RedisPart):
 
     async def hold_lease(self, name: str, owner: str, ttl_s: float) -> bool:
         ttl = str(max(1, int(ttl_s * 1000)))
-        return bool(await self._c.call(self._hold(keys=[self._c.k("lease", name)], args=[owner, ttl])))
+        return bool(
+            await self._c.call(self._hold(keys=[self._c.k("lease", name)], args=[owner, ttl]))
+        )
 
     async def drop_lease(self, name: str, owner: str) -> None:
         await self._c.call(self._drop(keys=[self._c.k("lease", name)], args=[owner]))

@@ -35,8 +35,8 @@ from redis.asyncio.sentinel import MasterNotFoundError, Sentinel
 from redis.backoff import NoBackoff
 
 from gateway.errors import StoreUnavailable
-from gateway.settings import StoreTarget
 from gateway.store.health import StoreHealth
+from gateway.storeurl import StoreTarget
 
 # most specific first: the reason a failed call is counted under (and said in a 503)
 _REASONS: tuple[tuple[type[BaseException], str], ...] = (

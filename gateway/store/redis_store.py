@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.settings import Settings, store_target
+from gateway.settings import Settings
 from gateway.store.admission import RedisAdmission
 from gateway.store.demotions import RedisDemotions
 from gateway.store.events import RedisEvents
@@ -25,6 +25,7 @@ from gateway.store.sessions import RedisSessions
 from gateway.store.tenants import RedisTenants
 from gateway.store.usage import RedisUsage
 from gateway.store.versions import RedisRules
+from gateway.storeurl import store_target
 
 
 class RedisStore(
