@@ -2,7 +2,8 @@
 //
 //   node tests/crd_validate.mjs NODE_MODULES_DIR < objects.json
 //
-// stdin: a JSON array of KEDA ScaledObjects and Prometheus Operator ServiceMonitors;
+// stdin: a JSON array of KEDA ScaledObjects and Prometheus Operator ServiceMonitors and
+// PrometheusRules;
 // stdout: a JSON array, per object null (valid) or the validator's message. The models
 // (@kubernetes-models/keda, @kubernetes-models/prometheus-operator) are generated from the
 // projects' CRDs; `python -m deploy.k8s_tools` installs them into .cache/k8s-tools/node.
@@ -17,6 +18,7 @@ const prom = await load("@kubernetes-models/prometheus-operator/monitoring.coreo
 const kinds = {
   "keda.sh/v1alpha1/ScaledObject": keda.ScaledObject,
   "monitoring.coreos.com/v1/ServiceMonitor": prom.ServiceMonitor,
+  "monitoring.coreos.com/v1/PrometheusRule": prom.PrometheusRule,
 };
 const objects = JSON.parse(readFileSync(0, "utf8"));
 const results = objects.map((obj) => {

@@ -128,3 +128,45 @@ def test_an_in_memory_store_says_it_forgets(engines: dict[str, str], tmp_path: P
         assert not (tmp_path / "unused.db").exists()
     finally:
         proc.stop()
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        ({}, "store: none (no GATEWAY_ADMIN_TOKEN)"),
+        (
+            {"GATEWAY_ADMIN_TOKEN": ADMIN, "GATEWAY_STORE_PATH": "/srv/gw/g.db"},
+            "SQLite file /srv/gw/g.db",
+        ),
+        ({"GATEWAY_ADMIN_TOKEN": ADMIN, "GATEWAY_STORE_PATH": ":memory:"}, "are FORGOTTEN when"),
+        (
+            {"GATEWAY_REDIS_URL": "redis://:s3cret@r:6380/0", "GATEWAY_KEY_SECRET": "k" * 16},
+            "Redis (single) at r:6380, shared by every replica",
+        ),
+        (
+            {"GATEWAY_REDIS_URL": "redis+sentinel://a:1,b:2/m", "GATEWAY_KEY_SECRET": "k" * 16},
+            "Redis (sentinel) at a:1,b:2",
+        ),
+    ],
+)
+def test_serve_says_which_store_it_uses_and_where(env: dict[str, str], says: str) -> None:
+    from gateway.settings import load_settings
+    from gateway.store.factory import store_line
+
+    line = store_line(load_settings(env))
+    assert line.startswith("gateway: store: ") and says in line and "s3cret" not in line
+
+
+def test_a_store_file_from_a_newer_gateway_is_refused_in_one_line(tmp_path: Path) -> None:
+    from gateway.settings import load_settings
+    from gateway.store.factory import prepare_file
+
+    db = tmp_path / "gateway.db"
+    with sqlite3.connect(db) as c:
+        c.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 1}")
+    env = {"GATEWAY_ADMIN_TOKEN": ADMIN, "GATEWAY_STORE_PATH": str(db)}
+    problem = prepare_file(load_settings(env))
+    assert problem is not None and "from a newer gateway" in problem and "\n" not in problem
+    fresh = {**env, "GATEWAY_STORE_PATH": str(tmp_path / "new" / "gateway.db")}
+    assert prepare_file(load_settings(fresh)) is None
+    assert (tmp_path / "new" / "gateway.db").is_file()

@@ -376,7 +376,7 @@ def test_cors_and_head(gw: str, oa: openai.OpenAI) -> None:
     )
     assert stream.headers["access-control-allow-origin"] == ORIGIN
     for path in ("/v1/models", "/healthz", "/readyz", "/metrics", "/v1/models/auto"):
-        status, headers, body = get(f"{gw}{path}", "HEAD")
+        status, headers, body = get(f"{gw}{path}", "HEAD", OPERATOR)  # (/metrics: its token)
         assert status == 200 and body == b"", path
     status, headers, _ = get(f"{gw}/v1/models", "DELETE")
     assert status == 405 and headers["Allow"] == "GET, HEAD"

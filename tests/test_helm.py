@@ -41,7 +41,11 @@ NODE_MODULES = TOOLS / "node" / "node_modules"
 RELEASE, NAMESPACE = "gw", "llm"
 FULL = f"{RELEASE}-llm-gateway"
 OLDEST = (1, 33)  # the oldest Kubernetes release every object must validate for
-CUSTOM = {("keda.sh/v1alpha1", "ScaledObject"), ("monitoring.coreos.com/v1", "ServiceMonitor")}
+CUSTOM = {
+    ("keda.sh/v1alpha1", "ScaledObject"),
+    ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    ("monitoring.coreos.com/v1", "PrometheusRule"),
+}
 TIERS = rd.tiers(rd.RULES_FILE.read_text(encoding="utf-8"))
 
 Obj = dict[str, Any]
@@ -199,7 +203,7 @@ MONITOR_ENDPOINT = {"port", "path", "interval", "scrapeTimeout", "authorization"
 
 def test_every_custom_resource_validates(prod_objs: list[Obj]) -> None:
     custom = [o for o in prod_objs if (o["apiVersion"], o["kind"]) in CUSTOM]
-    assert {o["kind"] for o in custom} == {"ScaledObject", "ServiceMonitor"}
+    assert {o["kind"] for o in custom} == {"ScaledObject", "ServiceMonitor", "PrometheusRule"}
     assert validate_custom(custom) == [None] * len(custom)
     for o in custom:
         if o["kind"] == "ScaledObject":
@@ -207,7 +211,7 @@ def test_every_custom_resource_validates(prod_objs: list[Obj]) -> None:
             for trigger in o["spec"]["triggers"]:
                 assert trigger["type"] == "prometheus"
                 assert set(trigger["metadata"]) <= PROMETHEUS_TRIGGER
-        else:
+        elif o["kind"] == "ServiceMonitor":
             for endpoint in o["spec"]["endpoints"]:
                 assert set(endpoint) <= MONITOR_ENDPOINT
     # the validators do fail: a wrong type is caught
@@ -235,6 +239,7 @@ def test_default_objects(default_objs: list[Obj]) -> None:
         find(default_objs, "Service", f"{FULL}-sglang-{tier}")
     assert not kinds(default_objs, "ScaledObject")
     assert not kinds(default_objs, "ServiceMonitor")
+    assert not kinds(default_objs, "PrometheusRule")
     # autoscaling owns the count: no replicas for kubectl/helm to reset on an upgrade
     assert "replicas" not in find(default_objs, "Deployment", FULL)["spec"]
 
@@ -258,6 +263,25 @@ def test_production_objects(prod_objs: list[Obj]) -> None:
     port = next(p["port"] for p in router["spec"]["ports"] if p["name"] == "http")
     assert gw["GATEWAY_POOL_HIGHSPEED_URLS"]["value"] == f"http://{FULL}-router-highspeed:{port}"
     assert gw["GATEWAY_POOL_STANDARD_URLS"]["value"] == f"http://{FULL}-sglang-standard:30000"
+
+
+def test_alerts_watch_the_quality_circuits_gauge(prod_objs: list[Obj]) -> None:
+    from gateway.quality.circuit import M_DEMOTED
+
+    rule = find(prod_objs, "PrometheusRule", FULL)
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    (group,) = rule["spec"]["groups"]
+    alerts = {r["alert"]: r for r in group["rules"]}
+    assert set(alerts) == {"GatewayTierDemoted", "GatewayTierDemotedLong"}
+    for r in alerts.values():
+        assert r["expr"] == (
+            f'max by (namespace, tier, rule) ({M_DEMOTED}{{namespace="{NAMESPACE}"}}) > 0'
+        )
+        assert "{{ $labels.tier }}" in r["annotations"]["summary"]  # Prometheus fills it in
+    assert (alerts["GatewayTierDemoted"]["for"], alerts["GatewayTierDemotedLong"]["for"]) == (
+        "1m",
+        "30m",
+    )
 
 
 def test_no_secret_is_rendered_and_secrets_are_referenced(objs: list[Obj]) -> None:

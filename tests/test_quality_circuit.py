@@ -142,7 +142,7 @@ def test_a_tier_failing_every_check_is_skipped_then_restored(one: tuple[Proc, st
         assert _ask(base, key, CLEAN)[0] == "highspeed"
     assert _demoted_metric(base) == "0"
     assert _demotions(proc.admin) == []
-    st, audit, _ = call(proc.admin, "GET", "/admin/audit")
+    _, audit, _ = call(proc.admin, "GET", "/admin/audit")
     actions = [e["action"] for e in audit["data"] if e["action"].startswith("quality.")]
     assert actions == ["quality.restore", "quality.demote"]
 
@@ -220,7 +220,7 @@ def test_shadow_copies_probe_a_demoted_tier(engines: dict[str, str], tmp_path: P
             return tier == "highspeed"
 
         assert until(restored, timeout=20)
-        st, audit, _ = call(proc.admin, "GET", "/admin/audit")
+        _, audit, _ = call(proc.admin, "GET", "/admin/audit")
         assert [e["action"] for e in audit["data"]][:2] == ["quality.restore", "quality.demote"]
     finally:
         proc.stop()

@@ -233,12 +233,15 @@ async def _one_replica_demotes_for_all_then_a_probe_restores() -> None:
         assert d.version == 1 and d.by == "circuit r0" and d.reason.startswith("75% check")
     log = await fleet.store.audit_log()
     assert [e["action"] for e in log] == ["quality.demote"]
-    # b's probes: two pass, one fails -> within restore_at (1 of 3); restored everywhere
-    for failed in (False, True, False):
-        b.observe(_rec(failed=failed))
-    assert not b.demoted()
+    # the fleet's probes: two pass (one on each replica), one fails -> within restore_at
+    # (1 of 3), whichever replica saw which; restored everywhere
+    for c, failed in ((b, False), (a, True)):
+        c.observe(_rec(failed=failed))
+        await fleet.settle()
+    assert a.state()["demoted"][0]["probes"] == 2 and b.demoted()  # as the store told a
+    a.observe(_rec(failed=False))
     await fleet.settle()
-    assert not a.demoted() and await fleet.store.demotions() == []
+    assert not a.demoted() and not b.demoted() and await fleet.store.demotions() == []
     assert [e["action"] for e in await fleet.store.audit_log()] == [
         "quality.restore",
         "quality.demote",

@@ -39,6 +39,8 @@ from gateway.upstream.transport import MAX_ERROR_BODY, HttpTransport, Timeouts
 from tests.conftest import rules_for_tests, start_gateway
 from tests.test_dispatch_memory import aio
 
+pytestmark = pytest.mark.processes
+
 BIG = 2_000_000  # characters of the in-process bodies
 
 
@@ -69,8 +71,8 @@ def _large_values(objs: list[object], size: int) -> list[str]:
 def served(
     engines: dict[str, str], tmp_path: Path
 ) -> Iterator[tuple[asyncio.AbstractEventLoop, int]]:
-    """A gateway app in this process on a real socket (its admin listener on a free
-    port): the loop it runs on, and its data port."""
+    """A gateway app in this process on a real socket (no admin token: no admin listener):
+    the loop it runs on, and its data port."""
     path = tmp_path / "rules.yaml"
     path.write_text(yaml.safe_dump(rules_for_tests()))
     env = {f"GATEWAY_POOL_{k.upper()}_URLS": v for k, v in engines.items()}

@@ -21,6 +21,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.admin.apidocs import install as install_docs
 from gateway.admin.deps import check_token
@@ -39,6 +40,7 @@ from gateway.errors import (
     StoreUnavailable,
 )
 from gateway.server.app import Gateway
+from gateway.store.health import PATIENT
 
 log = logging.getLogger("gateway.admin")
 
@@ -65,6 +67,7 @@ def create_admin_app(gw: Gateway) -> FastAPI:
     app.state.max_body_bytes = gw.settings.max_body_bytes
     app.state.live = LiveWindow()
     app.state.sessions = Sessions(gw.store)  # console sessions ended by a logout
+    app.add_middleware(_PatientStore)
     for router in ROUTERS:
         app.include_router(router)
     install_docs(app, app.title)
@@ -74,6 +77,22 @@ def create_admin_app(gw: Gateway) -> FastAPI:
         return json_response(app.openapi())
 
     return app
+
+
+class _PatientStore:
+    """The admin API's store calls wait for a probe when the breaker is open (see
+    :data:`~gateway.store.health.PATIENT`): an operator's call answers as soon as the store
+    does, never a probe interval after the data plane."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        token = PATIENT.set(True)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            PATIENT.reset(token)
 
 
 def _operation_id(route: APIRoute) -> str:

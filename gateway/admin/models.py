@@ -181,6 +181,63 @@ class DemotionList(BaseModel):
     tiers: list[str] = Field(description="the running rules' tiers")
 
 
+class RolloutArmOut(BaseModel):
+    tier: str
+    weight: float
+    requests: int = Field(default=0, description="the arm's requests in the step, fleet-wide")
+    fallbacks: int = Field(default=0, description="those where a tier's attempt failed")
+    fallback_rate: float | None = None
+    check_failures: int = Field(default=0, description="those where an answer failed a check")
+    check_failure_rate: float | None = None
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+
+
+class RolloutComparisonOut(BaseModel):
+    metric: str = Field(description="fallback_rate, check_failure_rate or latency_p99")
+    baseline: float | None
+    canary: float | None
+    ratio: float | None = Field(description="canary / baseline; null when the baseline's is 0")
+    limit: float = Field(description="the largest ratio that is not worse")
+    p_value: float = Field(description="the one-sided test's: the canary is worse")
+    alpha: float = Field(description="the level it is held to at this look")
+    worse: bool
+
+
+class RolloutOut(BaseModel):
+    rule: str
+    baseline: str
+    canary: str
+    share: float = Field(description="the canary's share of the rule's traffic, percent")
+    steps: list[float]
+    next_step: float | None
+    analysis: dict[str, Any] = Field(description="the rule's analysis, defaults filled in")
+    describe: str
+    arms: dict[str, RolloutArmOut]
+    comparisons: list[RolloutComparisonOut]
+    decision: str = Field(
+        description="what the judge decides on these counts now: wait, promote, rollback, "
+        "complete, rolled_back, or pending (no replica has judged this step yet)"
+    )
+    to: float | None = Field(description="the share a promote or rollback sets")
+    reason: str
+    since: float | None = Field(description="Unix time the step began")
+    held_s: float
+    looks: int = Field(description="the step's looks taken (a look tests at a level of its own)")
+    last_decision: str | None = Field(description="the judging replica's last decision")
+    last_reason: str | None
+    judged_at: float | None
+    history: list[dict[str, Any]] = Field(description="the steps taken (started, promote, ...)")
+
+
+class RolloutList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[RolloutOut] = Field(description="every analysed rule of the running rules")
+    lease: dict[str, str | None] = Field(
+        description="holder: the process judging the rollouts; this_replica: the one answering"
+    )
+
+
 class ValidateOut(BaseModel):
     valid: bool
     errors: list[str] = Field(description="every problem found, each with its YAML path")

@@ -1,6 +1,7 @@
-"""The rules page: the running version and its history, a draft to validate, to explain
-a request against and to upload (every error shown), a diff between two versions, and
-rolling back."""
+"""The rules page: the running version and its history, the judged rollouts (each analysed
+rule's arms, their rates, the tests' p-values and the decision), a draft to validate, to
+explain a request against and to upload (every error shown), a diff between two versions,
+and rolling back."""
 
 from __future__ import annotations
 
@@ -59,7 +60,8 @@ Result = tuple[dict[str, Any], int]
 async def history(api: Api) -> dict[str, Any]:
     current = await api.get("/admin/rules")
     versions = (await api.get("/admin/rules/versions"))["data"]
-    return {"current": current, "versions": list(reversed(versions))}
+    rollouts = (await api.get("/admin/rollouts"))["data"]
+    return {"current": current, "versions": list(reversed(versions)), "rollouts": rollouts}
 
 
 @router.get("/rules")

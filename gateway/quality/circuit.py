@@ -68,7 +68,8 @@ class QualityCircuit:
         self._spawn = spawn
         self._clock = clock
         self._windows: dict[Key, Window] = {}
-        self._probes: dict[Key, Probes] = {}
+        self._probes: dict[Key, Probes] = {}  # this process's latest probe verdicts
+        self._fleet_probes: dict[Key, str] = {}  # the fleet's, as the store last said
         self._current: dict[Key, Demotion] = {}
         self._view: Mapping[Key, Demotion] = MappingProxyType({})
         self._next_end = float("inf")
@@ -145,26 +146,36 @@ class QualityCircuit:
                 self._spawn(self._share_demotion(d))
 
     def _probe(self, key: Key, d: Demotion, failed: bool, s: QualitySettings) -> None:
+        """A probe's verdict: the fleet's latest probes decide (the store's record of them),
+        or without a store, this process's."""
         p = self._probes.get(key)
         if p is None or p.size != s.restore_probes:
             p = self._probes[key] = Probes(s.restore_probes)
         p.add(failed)
-        n, bad = p.counts()
-        if restores(n, bad, s):
-            log.warning(
-                "quality circuit: %s restored for rule %s: %d of %d probes passed",
-                key[1],
-                key[0],
-                n - bad,
-                n,
-            )
-            self._end(key)
-            if self._store is not None and d.version:
-                self._spawn(self._share_restore(d, n, bad))
+        if self._store is not None and d.version:
+            self._spawn(self._share_probe(d, failed, s))
+        else:
+            self._judge_probes(d, *p.counts(), s)
+
+    def _judge_probes(self, d: Demotion, n: int, bad: int, s: QualitySettings) -> None:
+        if not restores(n, bad, s) or self._current.get(d.key) != d:
+            return  # not yet; or restored (or replaced) meanwhile
+        log.warning(
+            "quality circuit: %s restored for rule %s: %d of %d probes passed",
+            d.tier,
+            d.rule,
+            n - bad,
+            n,
+        )
+        self._end(d.key)
+        if self._store is not None and d.version:
+            self._spawn(self._share_restore(d, n, bad))
 
     # -- this process's view ------------------------------------------------------------------
     def _apply(self, d: Demotion) -> None:
-        self._probes.pop(d.key, None)
+        if self._current.get(d.key) != d:
+            self._probes.pop(d.key, None)
+            self._fleet_probes.pop(d.key, None)
         self._current[d.key] = d
         self._publish()
 
@@ -184,6 +195,7 @@ class QualityCircuit:
         self._next_end = min(ends, default=float("inf"))
 
     def _forget(self, key: Key) -> None:
+        self._fleet_probes.pop(key, None)
         self._current.pop(key, None)
         self._windows.pop(key, None)
         self._probes.pop(key, None)
@@ -195,11 +207,13 @@ class QualityCircuit:
         for key, d in self._current.items():
             if d.version == 0 and key not in new:
                 new[key] = d
-        for key in set(self._current) - set(new):
-            self._windows.pop(key, None)  # ended elsewhere: judged afresh
-            self._probes.pop(key, None)
-        for key in set(new) - set(self._current):
-            self._probes.pop(key, None)
+        for key in set(self._current) | set(new):
+            was = self._current.get(key)
+            if was is not None and key not in new:
+                self._windows.pop(key, None)  # ended elsewhere: judged afresh
+            if was != new.get(key):  # a new record: its own probes
+                self._probes.pop(key, None)
+                self._fleet_probes.pop(key, None)
         self._current = new
         self._publish()
 
@@ -231,6 +245,21 @@ class QualityCircuit:
         self._apply(held)
         if held.by == d.by and held.since == d.since:  # ours, not an earlier replica's
             await self._audit("quality.demote", held, {"reason": held.reason})
+
+    async def _share_probe(self, d: Demotion, failed: bool, s: QualitySettings) -> None:
+        assert self._store is not None
+        try:
+            seen = await self._store.probed(d, failed, s.restore_probes)
+        except StoreUnavailable:  # the store is away: this process's probes judge
+            p = self._probes.get(d.key)
+            if p is not None:
+                self._judge_probes(d, *p.counts(), s)
+            return
+        if seen is None:
+            await self.load()  # the record changed (restored, replaced): read what holds
+            return
+        self._fleet_probes[d.key] = seen
+        self._judge_probes(d, len(seen), seen.count("1"), s)
 
     async def _share_restore(self, d: Demotion, n: int, bad: int) -> None:
         assert self._store is not None
@@ -285,8 +314,10 @@ class QualityCircuit:
         now = self._clock()
         demoted = []
         for key, d in sorted(self.demoted().items()):
-            probes = self._probes.get(key)
+            probes, fleet = self._probes.get(key), self._fleet_probes.get(key)
             n, bad = probes.counts() if probes is not None else (0, 0)
+            if fleet is not None:
+                n, bad = len(fleet), fleet.count("1")
             demoted.append(
                 {**asdict(d), "shared": d.version > 0, "probes": n, "probes_failed": bad}
             )

@@ -197,6 +197,7 @@ class Rollouts:
             "weights": w.weights,
             "share": w.share,
             "since": now,
+            "looks": 0,
             "decision": "",
             "history": history[-HISTORY_MAX:],
         }
@@ -213,7 +214,7 @@ class Rollouts:
         now = self._clock()
         fresh = self._step_record(w, rec, now)
         base, can = await self.stats(w, fresh["since"])
-        v = judge(w.analysis, w.share, base, can, now - fresh["since"])
+        v = judge(w.analysis, w.share, base, can, now - fresh["since"], fresh.get("looks", 0))
         version = None
         if v.action in ("promote", "rollback"):
             version = await self._step(w, v, control)
@@ -224,10 +225,16 @@ class Rollouts:
                 "weights": w.stepped(v.to),
                 "share": v.to,
                 "since": now,
+                "looks": 0,
                 "history": [*fresh["history"], {**done, "reason": v.reason}][-HISTORY_MAX:],
             }
-        elif fresh is rec and fresh.get("decision") == v.action:
+        elif fresh is rec and (fresh.get("decision"), fresh.get("looks", 0)) == (
+            v.action,
+            v.looks,
+        ):
             return  # nothing new to say
+        else:
+            fresh = {**fresh, "looks": v.looks}
         doc = {**fresh, "decision": v.action, "reason": v.reason, "at": now, "by": self.owner}
         await self._store.put_rollout(w.rule, doc)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.rollout.judge import judge
+from gateway.rollout.judge import ArmStats, judge
 from gateway.rollout.runner import LEASE, Rollouts, Watched, same_weights
 
 
@@ -19,6 +19,15 @@ async def rollouts_view(r: Rollouts) -> dict[str, Any]:
     holder = await store.lease_holder(LEASE) if store is not None else None
     data = [await rule_view(r, w, records.get(w.rule)) for w in r.watching.values()]
     return {"data": data, "lease": {"holder": holder, "this_replica": r.owner}}
+
+
+async def rollout_of(r: Rollouts, rule: str) -> dict[str, Any] | None:
+    """The rollout of one rule (None: the rule is not analysed)."""
+    w = r.watching.get(rule)
+    if w is None:
+        return None
+    records = await r.store.rollouts() if r.store is not None else {}
+    return await rule_view(r, w, records.get(rule))
 
 
 async def rule_view(r: Rollouts, w: Watched, rec: dict[str, Any] | None) -> dict[str, Any]:
@@ -40,15 +49,19 @@ async def rule_view(r: Rollouts, w: Watched, rec: dict[str, Any] | None) -> dict
         "judged_at": (rec or {}).get("at"),
     }
     if rec is None or not same_weights(rec.get("weights"), w.weights) or r.store is None:
-        out.update(since=None, held_s=0.0, decision="pending", to=None, comparisons=[])
+        out.update(since=None, held_s=0.0, decision="pending", to=None, comparisons=[], looks=0)
         out["reason"] = "no replica has judged this step yet"
-        out["arms"] = {arm: {"tier": w.tiers[arm], "weight": w.weights[arm]} for arm in w.tiers}
+        none = ArmStats().summary()
+        out["arms"] = {
+            arm: {"tier": w.tiers[arm], "weight": w.weights[arm], **none} for arm in w.tiers
+        }
         return out
     since = float(rec["since"])
     base, can = await r.stats(w, since)
     held = max(0.0, r.now() - since)
-    v = judge(a, w.share, base, can, held)
+    v = judge(a, w.share, base, can, held, int(rec.get("looks", 0)))
     out.update(since=since, held_s=round(held, 3), decision=v.action, to=v.to, reason=v.reason)
+    out["looks"] = v.looks
     out["comparisons"] = [c.summary() for c in v.comparisons]
     out["arms"] = {
         arm: {"tier": w.tiers[arm], "weight": w.weights[arm], **stats.summary()}

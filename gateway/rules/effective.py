@@ -65,6 +65,8 @@ def route_settings(route: Route, rules: Rules) -> dict[str, Any]:
         "hold_back": hold,
         "stream_finish": {t: tier_finish(rules.tiers[t]) for t in later},
         "on_last_failure": route.on_last_failure,
+        "split": {a.label: f"{a.tier} x{a.weight:g}" for a in route.split},
+        "analysis": route.analysis.describe() if route.analysis is not None else None,
     }
 
 
@@ -91,7 +93,12 @@ def describe_line(name: str, s: dict[str, Any]) -> str:
     """One rule's effective settings on a line (``gateway validate``)."""
     added = f" (+{', '.join(s['guards_added'])})" if s["guards_added"] else ""
     finish = "; ".join(f"{t}: {how}" for t, how in s["stream_finish"].items()) or "-"
-    return (
+    line = (
         f"{name}: {' -> '.join(s['tiers'])}; hedge {s['hedge_after']}; "
         f"checks {', '.join(s['checks']) or '-'}{added}; broken stream: {finish}"
     )
+    if s.get("split"):
+        line += "; split " + ", ".join(f"{arm} {w}" for arm, w in s["split"].items())
+    if s.get("analysis"):
+        line += f"; rollout judged: {s['analysis']}"
+    return line

@@ -161,6 +161,11 @@ class DemotionStore(Protocol):
     async def demotions(self) -> list[Demotion]:
         """The live demotions (not past their ``until``)."""
 
+    async def probed(self, d: Demotion, failed: bool, keep: int) -> str | None:
+        """One more probe verdict of the demotion ``d`` (of its version only): the latest
+        ``keep`` verdicts, newest first (``"1"`` failed, ``"0"`` passed); None when ``d``
+        is no longer the record."""
+
 
 class SessionStore(Protocol):
     """Console sessions ended before they expire (a logout), shared by every process that

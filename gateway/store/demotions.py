@@ -11,11 +11,14 @@ record, and a restore never removes a newer demotion than the one it judged:
 * :meth:`demote` records a demotion unless a live one of that rule and tier is there
   already (a replica's circuit); with ``replace`` it overwrites it (an operator's pin);
   either way it answers the record that holds now;
-* :meth:`restore` removes it, only if it is still ``version`` when one is given.
+* :meth:`restore` removes it, only if it is still ``version`` when one is given;
+* :meth:`probed` adds one probe's verdict to the record's (of that version only) and answers
+  the latest ones, so that the fleet's probes, not one replica's, decide a restore.
 
-Redis: one hash, ``{quality}:demotions`` (field ``<rule>\\n<tier>``, the record as JSON), and
-its counter ``{quality}:seq``, hash-tagged to one slot so that each write is one script.
-SQLite: a table of its own. Every write that changes a record announces itself
+Redis: one hash, ``{quality}:demotions`` (field ``<rule>\\n<tier>``, the record as JSON; field
+``<rule>\\n<tier>\\nprobes``, its probes as ``<version>:<verdicts>``), and its counter
+``{quality}:seq``, hash-tagged to one slot so that each write is one script.
+SQLite: two tables of their own. Every write that changes a record announces itself
 (:class:`~gateway.store.events.DemotionChanged`), so every replica applies it at once.
 """
 
@@ -113,8 +116,24 @@ if not cur then return false end
 if ARGV[2] ~= '' and tonumber(cjson.decode(cur)['version']) ~= tonumber(ARGV[2]) then
   return false
 end
-redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[1], ARGV[1], ARGV[1] .. '\\nprobes')
 return cur
+"""
+
+# KEYS: the hash. ARGV: the field, the version, the verdict ("1" failed, "0" passed), how
+# many to keep. The latest verdicts, newest first; false when the record is not that version.
+_PROBED_LUA = """
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if not cur or tonumber(cjson.decode(cur)['version']) ~= tonumber(ARGV[2]) then
+  return false
+end
+local f = ARGV[1] .. '\\nprobes'
+local was = redis.call('HGET', KEYS[1], f) or ''
+local v, seen = string.match(was, '^(%d+):(.*)$')
+if v ~= ARGV[2] then seen = '' end
+seen = string.sub(ARGV[3] .. seen, 1, tonumber(ARGV[4]))
+redis.call('HSET', KEYS[1], f, ARGV[2] .. ':' .. seen)
+return seen
 """
 
 
@@ -129,6 +148,7 @@ class RedisDemotions(RedisEvents):
         super().__init__(c)
         self._demote = c.script(_DEMOTE_LUA)
         self._restore = c.script(_RESTORE_LUA)
+        self._probed = c.script(_PROBED_LUA)
 
     @property
     def _keys(self) -> list[str]:
@@ -150,6 +170,11 @@ class RedisDemotions(RedisEvents):
         await self.publish(_said(None, rule, tier))
         return Demotion.decode(raw)
 
+    async def probed(self, d: Demotion, failed: bool, keep: int) -> str | None:
+        args = [_field(d.rule, d.tier), str(d.version), _verdict(failed), str(keep)]
+        out = await self._c.call(self._probed(keys=self._keys[:1], args=args))
+        return None if out is None else bytes(out).decode()
+
     async def demotions(self) -> list[Demotion]:
         raws = await self._c.call(self._c.r.hvals(self._keys[0]))
         return _live(Demotion.decode(r) for r in raws)
@@ -160,6 +185,16 @@ class MemoryDemotions(MemoryEvents):
         super().__init__()
         self._demotions: dict[tuple[str, str], Demotion] = {}
         self._demotion_seq = 0
+        self._probe_verdicts: dict[tuple[str, str], tuple[int, str]] = {}
+
+    async def probed(self, d: Demotion, failed: bool, keep: int) -> str | None:
+        held = self._demotions.get(d.key)
+        if held is None or held.version != d.version:
+            return None
+        version, seen = self._probe_verdicts.get(d.key, (d.version, ""))
+        seen = (_verdict(failed) + (seen if version == d.version else ""))[:keep]
+        self._probe_verdicts[d.key] = (d.version, seen)
+        return seen
 
     async def demote(self, d: Demotion, replace: bool = False) -> Demotion:
         held = self._demotions.get(d.key)
@@ -180,6 +215,10 @@ class MemoryDemotions(MemoryEvents):
 
     async def demotions(self) -> list[Demotion]:
         return _live(self._demotions.values())
+
+
+def _verdict(failed: bool) -> str:
+    return "1" if failed else "0"
 
 
 def _numbered(d: Demotion, version: int) -> Demotion:
@@ -232,6 +271,29 @@ class SqliteDemotions(SqliteEvents):
             return held
 
         out: Demotion | None = await self._write_said(write)
+        return out
+
+    async def probed(self, d: Demotion, failed: bool, keep: int) -> str | None:
+        def write(c: sqlite3.Connection) -> str | None:
+            row = c.execute(
+                "SELECT doc FROM demotions WHERE rule = ? AND tier = ?", (d.rule, d.tier)
+            ).fetchone()
+            held = Demotion.decode(row[0]) if row else None
+            if held is None or held.version != d.version:
+                return None
+            row = c.execute(
+                "SELECT version, verdicts FROM demotion_probes WHERE rule = ? AND tier = ?",
+                (d.rule, d.tier),
+            ).fetchone()
+            seen = str(row[1]) if row and row[0] == d.version else ""
+            seen = (_verdict(failed) + seen)[:keep]
+            c.execute(
+                "INSERT OR REPLACE INTO demotion_probes VALUES (?, ?, ?, ?)",
+                (d.rule, d.tier, d.version, seen),
+            )
+            return seen
+
+        out: str | None = await self._db.write(write)
         return out
 
     async def demotions(self) -> list[Demotion]:

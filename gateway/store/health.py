@@ -20,11 +20,17 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 from gateway.errors import StoreUnavailable
 
 log = logging.getLogger("gateway.store")
+
+# Set by the admin API for its requests: a call refused by the open breaker waits for a
+# probe of the store (at most one probe's bound) and goes ahead if the store is back. An
+# operator's call may wait that long; a data-plane request is refused at once.
+PATIENT: ContextVar[bool] = ContextVar("store_patient", default=False)
 
 
 class StoreHealth:

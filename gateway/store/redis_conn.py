@@ -10,7 +10,8 @@ wrong (unreachable, timed out, read-only, out of memory, loading, busy, a moved 
 cluster that cannot be reached...) is one :class:`~gateway.errors.StoreUnavailable` whose
 message names the reason only, never a host or a port, and counts against the breaker
 (:class:`~gateway.store.health.StoreHealth`); while it is open, ``call`` refuses at once
-and a probe tries Redis in the background.
+and a probe tries Redis in the background, at once when a call was refused (an admin API
+call, :data:`~gateway.store.health.PATIENT`, waits for that probe's verdict).
 
 Key layout: every key starts with the prefix; a tenant's keys carry a ``{tenant}`` hash
 tag (:meth:`RedisConn.t`), so on a Cluster every script's keys are in one slot. Writes of
@@ -35,7 +36,7 @@ from redis.asyncio.sentinel import MasterNotFoundError, Sentinel
 from redis.backoff import NoBackoff
 
 from gateway.errors import StoreUnavailable
-from gateway.store.health import StoreHealth
+from gateway.store.health import PATIENT, StoreHealth
 from gateway.storeurl import StoreTarget
 
 # most specific first: the reason a failed call is counted under (and said in a 503)
@@ -97,6 +98,7 @@ class RedisConn:
         self.r: Any = self._client(max_connections + _SPARE)
         self._probe: asyncio.Task[None] | None = None
         self._wanted = asyncio.Event()  # a call was refused: probe now, not at the next tick
+        self._probe_done = asyncio.Event()  # set (and replaced) after each probe
         self._next_node = 0  # the cluster node the next subscriber connects to
         self._mapped = False  # a Cluster client has mapped the cluster
 
@@ -157,9 +159,16 @@ class RedisConn:
         try:
             self.health.check()
         except StoreUnavailable:
-            _discard(aw)
             self._wanted.set()
-            raise
+            if not PATIENT.get():
+                _discard(aw)
+                raise
+            await self._probed()
+            try:
+                self.health.check()
+            except StoreUnavailable:
+                _discard(aw)
+                raise
         if self.cluster and not self._mapped:
             await self._map(aw)
         try:
@@ -226,6 +235,16 @@ class RedisConn:
             else:
                 self._mapped = self._mapped or self.cluster
                 self.health.recovered()
+            done, self._probe_done = self._probe_done, asyncio.Event()
+            done.set()
+
+    async def _probed(self) -> None:
+        """Wait for the next probe's verdict (asked for now), at most one probe's bound."""
+        done = self._probe_done
+        bound = _PROBE_GAP_S + self.timeout * (_MAP_TIMEOUTS if self.cluster else 2)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(bound):
+                await done.wait()
 
     async def ping(self) -> bool:
         try:

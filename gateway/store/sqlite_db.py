@@ -79,6 +79,11 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE TABLE leases (name TEXT PRIMARY KEY, owner TEXT NOT NULL,"
         " until_ms INTEGER NOT NULL)",
     ),
+    (  # 6: the latest probe verdicts of each demotion (gateway.store.demotions)
+        "CREATE TABLE demotion_probes (rule TEXT NOT NULL, tier TEXT NOT NULL,"
+        " version INTEGER NOT NULL, verdicts TEXT NOT NULL, PRIMARY KEY (rule, tier))"
+        " WITHOUT ROWID",
+    ),
 )
 
 

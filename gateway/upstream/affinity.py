@@ -1,15 +1,16 @@
-"""What one gateway replica remembers of its own routing: where each prompt prefix went, and
-how each prompt head is used. Nothing here is shared between gateway replicas.
+"""Replica choice by what the engines' prefix caches hold, from what this gateway replica
+routed. Nothing here is shared between gateway replicas: each learns from its own share
+of the traffic, and where it knows nothing it falls back on homes that every replica
+computes alike (rendezvous hashing), so they agree without talking.
 
-* :class:`PrefixIndex` maps the chain of a prompt (:mod:`gateway.request.prefix`) to the
-  engine replica that last got it, LRU-bounded: a conversation's next turn, whose chain
-  starts with this turn's, finds where its history is cached even after it was moved off
-  its first replica by load.
-* :class:`HeadStats` counts, per prompt head (a system prompt), how much of the traffic it
-  carries and whether its *units* come back (a chat's later turns, an agent's next step,
-  another question on the same document) or are each new (single questions to a tenant's
-  assistant). Every gateway replica sees a like share of the traffic, so they agree on
-  these figures without talking to each other.
+* :class:`PrefixIndex` maps the prefixes of a prompt (its chain, its unit and its head:
+  :mod:`gateway.request.prefix`) to the engine replica that last got them, LRU-bounded.
+  A conversation's next turn, whose chain starts with this turn's, finds where its history
+  is cached, even after load moved it off its home.
+* :class:`HeadStats` counts, per prompt head (a system prompt), its share of the traffic
+  and whether its *units* come back (a chat's later turns, an agent's next step, another
+  question on one document) or are each new (single questions to a tenant's assistant).
+* :class:`RouteBook` chooses (see :meth:`RouteBook.choose`).
 """
 
 from __future__ import annotations
@@ -20,45 +21,46 @@ from collections import OrderedDict
 from gateway.request.prefix import BLOCK, PromptKey
 from gateway.upstream.replicas import Replica, score
 
-INDEX_BLOCKS = 1 << 16  # prefix blocks remembered (~64 MiB of prompts routed)
+INDEX_ENTRIES = 1 << 16  # prefixes remembered (blocks of ~1 KiB: ~64 MiB of prompts)
 RECENT_UNITS = 1 << 15
 DECAY_EVERY = 2048  # requests between halvings of the head counts
+SPREAD = 1.0  # a head whose units come back has them spread over share x replicas x SPREAD
+REUSED = 0.4  # ...when at least this share of its requests repeat a unit seen before
+MIN_REQUESTS = 4.0  # and it was seen this often
+HOLD = 2.0  # a replica holding a prompt's prefix keeps it up to HOLD x its load bound
+CHOICES = 2  # a prompt with nothing to reuse: the less loaded of its first CHOICES homes
 
 
 class PrefixIndex:
-    """Prefix block hash -> the URL of the replica that last got a prompt with it."""
+    """Prefix hash -> the URL of the replica that last got a prompt with that prefix."""
 
-    def __init__(self, capacity: int = INDEX_BLOCKS):
+    def __init__(self, capacity: int = INDEX_ENTRIES):
         self.capacity = capacity
         self._where: OrderedDict[int, str] = OrderedDict()
 
-    def holder(self, key: PromptKey) -> tuple[str, int] | None:
-        """The replica that got the deepest prefix of this prompt that goes past its lead
-        (past the shared system prompt: the conversation's or document's own text), and
-        that prefix's length in bytes; None if no such prefix was routed here."""
+    def holder(self, key: PromptKey, units: bool) -> str | None:
+        """Where this replica sent the deepest prefix of this prompt past its lead (the
+        conversation's or document's own text), else its unit; with ``units`` false (a
+        head whose units are each new), where it sent the head."""
         where = self._where
+        if not units:
+            return where.get(key.head)
         for i in range(len(key.chain) - 1, -1, -1):
-            depth = (i + 1) * BLOCK
-            if depth <= key.lead:
-                return None
+            if (i + 1) * BLOCK <= key.lead:
+                break
             url = where.get(key.chain[i])
             if url is not None:
-                return url, depth
-        return None
+                return url
+        return where.get(key.unit)
 
     def record(self, key: PromptKey, url: str) -> None:
         where = self._where
-        first = key.lead // BLOCK  # blocks within the lead are shared: not looked up
-        for h in key.chain[first:]:
+        first = key.lead // BLOCK  # blocks within the lead are shared: never looked up
+        for h in (*key.chain[first:], key.unit, key.head):
             where[h] = url
             where.move_to_end(h)
         while len(where) > self.capacity:
             where.popitem(last=False)
-
-    def forget(self, url: str) -> None:
-        """A replica left the pool: its prefixes are no longer anywhere."""
-        for h in [h for h, u in self._where.items() if u == url]:
-            del self._where[h]
 
 
 class HeadStats:
@@ -71,7 +73,7 @@ class HeadStats:
         self._since_decay = 0
 
     def observe(self, key: PromptKey) -> None:
-        seen = key.unit in self._units or key.continued
+        seen = key.continued or key.unit in self._units
         self._units[key.unit] = None
         self._units.move_to_end(key.unit)
         if len(self._units) > RECENT_UNITS:
@@ -97,76 +99,76 @@ class HeadStats:
         counts = self._heads.get(head)
         return counts[0] / self.total if counts and self.total else 0.0
 
-    def reused(self, head: int) -> float:
-        """The share of this head's requests whose unit was seen before."""
+    def units_return(self, head: int) -> bool:
+        """Whether this head's units come back: most of its requests repeat a unit."""
         counts = self._heads.get(head)
-        return counts[1] / counts[0] if counts and counts[0] else 0.0
-
-    def requests(self, head: int) -> float:
-        counts = self._heads.get(head)
-        return counts[0] if counts else 0.0
-
-
-SPREAD = 1.0  # a head whose units come back is spread over share x replicas x SPREAD of them
-REUSED = 0.5  # ...when at least this share of its requests repeat a unit seen before
-MIN_REQUESTS = 4.0  # and it has been seen this often
+        return bool(counts) and counts[0] >= MIN_REQUESTS and counts[1] >= REUSED * counts[0]
 
 
 class RouteBook:
-    """One pool's routing memory (:class:`PrefixIndex`, :class:`HeadStats`) and the choice
-    it makes: :meth:`choose`."""
+    """One pool's routing memory and the choice it makes."""
 
     def __init__(self) -> None:
         self.index = PrefixIndex()
         self.heads = HeadStats()
 
     def choose(self, replicas: list[Replica], key: PromptKey, slack: float) -> Replica:
-        """The replica for a prompt, within a bounded load:
+        """The replica for a prompt. The load bound is ``(1 + slack)`` x the mean load (our
+        requests in flight there + the engine's scraped queue).
 
-        1. where this replica sent the prompt's deepest prefix past its lead (the
-           conversation's history, the document), if it is within the bound;
-        2. else the prompt's home ranking (:meth:`order`), the first within the bound;
-        3. else the least loaded.
-
-        The bound is ``(1 + slack)`` x the mean load (in flight here + the engine's queue)."""
+        1. Where this replica sent the prompt's own prefix (the history of its
+           conversation, its document; for a head whose units are each new, its system
+           prompt), unless that replica carries over ``HOLD`` x ``(1 + slack)`` x the
+           others' mean: moving costs a prefill of all it holds.
+        2. A head whose units come back: its unit's home (:meth:`order`), the first within
+           the bound; every gateway replica computes the same homes.
+        3. Otherwise nothing of it is known to be reusable: the less loaded of its head's
+           first ``CHOICES`` homes (the power of two choices), unless both are over the
+           bound.
+        4. The least loaded."""
         self.heads.observe(key)
         live = [r for r in replicas if r.up] or replicas  # all down: try anyway
         if len(live) == 1:
             pick = live[0]
         else:
-            total = sum(r.in_flight + r.queued for r in live)
-            bound = math.ceil((1 + slack) * (total + 1) / len(live))
-            pick = (
-                self._held(live, key, bound)
-                or next(
-                    (r for r in self.order(live, key) if r.load + 1 <= bound),
-                    None,
-                )
-                or min(live, key=lambda r: r.load)
-            )
+            units = self.heads.units_return(key.head)
+            bound = math.ceil((1 + slack) * (sum(r.load for r in live) + 1) / len(live))
+            pick = self._held(live, key, units, slack) or self._placed(live, key, units, bound)
         self.index.record(key, pick.url)
         return pick
 
-    def _held(self, live: list[Replica], key: PromptKey, bound: float) -> Replica | None:
-        held = self.index.holder(key)
-        if held is None:
+    def _held(
+        self, live: list[Replica], key: PromptKey, units: bool, slack: float
+    ) -> Replica | None:
+        """The replica holding the prompt's prefix, unless it carries more than ``HOLD`` x
+        ``(1 + slack)`` x what the others carry on average (plus one)."""
+        url = self.index.holder(key, units)
+        if url is None:
             return None
         for r in live:
-            if r.url == held[0]:
-                return r if r.load + 1 <= bound else None
+            if r.url == url:
+                others = (sum(o.load for o in live) - r.load) / (len(live) - 1)
+                return r if r.load + 1 <= HOLD * (1 + slack) * (others + 1) else None
         return None
 
-    def order(self, live: list[Replica], key: PromptKey) -> list[Replica]:
-        """The replicas by preference for this prompt, the same in every gateway replica:
-        rendezvous ranking by its head; a head whose units come back (conversations, agent
-        runs, documents) has its units spread over the first k of that ranking, k growing
-        with the head's share of the traffic."""
+    def _placed(self, live: list[Replica], key: PromptKey, units: bool, bound: float) -> Replica:
+        order = self.order(live, key, units)
+        if not units:
+            order = sorted(order[:CHOICES], key=lambda r: r.load) + order[CHOICES:]
+        for r in order:
+            if r.load + 1 <= bound:
+                return r
+        return min(live, key=lambda r: r.load)
+
+    def order(self, live: list[Replica], key: PromptKey, units: bool) -> list[Replica]:
+        """The replicas by preference, the same in every gateway replica: rendezvous ranking
+        by the prompt's head; a head whose units come back has its units spread over the
+        first k of that ranking, k growing with the head's share of the traffic."""
         ranked = sorted(live, key=lambda r: score(key.head, r.seed), reverse=True)
-        h = self.heads
-        if h.requests(key.head) < MIN_REQUESTS or h.reused(key.head) < REUSED:
+        if not units:
             return ranked
-        k = min(len(ranked), max(1, math.ceil(h.share(key.head) * len(ranked) * SPREAD)))
-        if k == 1:
+        k = min(len(ranked), math.ceil(self.heads.share(key.head) * len(ranked) * SPREAD))
+        if k <= 1:
             return ranked
         top = sorted(ranked[:k], key=lambda r: score(key.unit, r.seed), reverse=True)
         return top + ranked[k:]

@@ -4,13 +4,24 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from gateway.admin.routes import cache, keys, live, ops, quality, review, rules, tenants
+from gateway.admin.routes import (
+    cache,
+    keys,
+    live,
+    ops,
+    quality,
+    review,
+    rollouts,
+    rules,
+    tenants,
+)
 
 ROUTERS: tuple[APIRouter, ...] = (
     tenants.router,
     keys.router,
     cache.router,
     rules.router,
+    rollouts.router,
     ops.router,
     live.router,
     quality.reader,

@@ -11,6 +11,7 @@ from gateway.admin.deps import ControlDep, GatewayDep, StoreDep
 from gateway.admin.models import ExplainIn, PoolsOut, RecordList
 from gateway.admin.routes.base import admin_router, errors
 from gateway.errors import BadRequest, NotFound, Unprocessable
+from gateway.rollout.view import rollout_of
 from gateway.routing.explain import explain as explain_request
 from gateway.rules.control import RulesControl
 from gateway.rules.schema import Rules, RulesError
@@ -62,13 +63,16 @@ async def explain(
             raise NotFound(f"No tenant {body.tenant_id!r}.")
         eff = effective_policy(t, ApiKey(id="-", tenant_id=t.id, digest="", prefix=""))
     rt = gw.runtime
-    return explain_request(
+    out = explain_request(
         await _rules_to_explain(body, rt.rules, control),
         {"path": body.path, "headers": body.headers, "body": body.body},
         eff,
         rt.pools.health(),
         gw.model_files,
     )
+    if body.rules is None:  # the running rules: their rollout's state and decision
+        out["rollout"] = await rollout_of(gw.rollouts, out["rule"])
+    return out
 
 
 @router.get(
