@@ -120,7 +120,7 @@ def test_explain_names_the_arm() -> None:
     [
         ([{"tier": "nope", "weight": 1}], "default.split[0].tier: unknown tier 'nope'"),
         ([{"tier": "standard", "weight": 1}] * 2, "duplicate arm 'standard'"),
-        ([{"tier": "standard", "weight": 0}], "default.split[0].weight"),
+        ([{"tier": "standard", "weight": 0}], "default.split: every arm's weight is 0"),
     ],
 )
 def test_bad_splits_are_refused(split: list[dict[str, Any]], error: str) -> None:

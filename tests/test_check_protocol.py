@@ -95,3 +95,29 @@ async def test_a_new_partial_check_fails_a_non_streamed_answer_early() -> None:
     assert out.trail.continued == "highspeed:16"  # "Tea is a drink. "
     # the attempt stopped at the shout, not after the 200 events that followed it
     assert rig.transports.by_tier["highspeed"].streams[0]._i < 20
+
+
+@aio
+async def test_a_tiers_default_max_tokens_is_a_limit_set() -> None:
+    """An answer that stops at the tier's ``request_defaults`` max_tokens is what the
+    operator asked for: ``not_truncated`` does not move it to the next tier."""
+    from gateway.upstream.pools import Pools
+    from tests.memory_transport import Transports
+
+    cut = Reply(chunks=events(["Tea ", "is "], finish="length"))
+    handler = by_tier(highspeed=cut, standard=Reply(chunks=events(["Std."])))
+    rig = Rig(handler)  # type: ignore[arg-type]
+    fast = rig.rules.tiers["highspeed"].model_copy(update={"request_defaults": {"max_tokens": 2}})
+    rig.rules = rig.rules.model_copy(update={"tiers": {**rig.rules.tiers, "highspeed": fast}})
+    rig.transports = Transports(handler)
+    rig.pools = Pools(dict(rig.rules.tiers), rig.transports)
+    rig.dispatcher = Dispatcher(
+        rig.pools, build_checks(rig.rules.checks), rig.rules.dispatch, Telemetry()
+    )
+    out = await rig.dispatcher.complete(rig.call())
+    assert out.tier == "highspeed" and not out.trail.failures
+    assert rig.calls("highspeed")[0]["max_tokens"] == 2
+    # the standard tier has no default: there, a cut answer is truncated
+    rig2 = Rig(by_tier(highspeed=cut, standard=Reply(chunks=events(["Std."]))))
+    out2 = await rig2.dispatcher.complete(rig2.call())
+    assert out2.tier == "standard" and out2.trail.failures[0].reason == "check_not_truncated"

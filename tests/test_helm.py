@@ -215,9 +215,12 @@ def test_every_custom_resource_validates(prod_objs: list[Obj]) -> None:
             for endpoint in o["spec"]["endpoints"]:
                 assert set(endpoint) <= MONITOR_ENDPOINT
     # the validators do fail: a wrong type is caught
-    bad = json.loads(json.dumps(custom[0]))
+    bad = json.loads(json.dumps(next(o for o in custom if o["kind"] != "PrometheusRule")))
     bad["spec"]["minReplicaCount" if bad["kind"] == "ScaledObject" else "endpoints"] = "x"
     assert validate_custom([bad]) != [None]
+    rule = json.loads(json.dumps(next(o for o in custom if o["kind"] == "PrometheusRule")))
+    rule["spec"]["groups"][0]["rules"] = "x"
+    assert validate_custom([rule]) != [None]
 
 
 # -- what is rendered ----------------------------------------------------------------------------

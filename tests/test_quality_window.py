@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from gateway.quality.circuit import QualityCircuit
-from gateway.quality.window import BUCKETS, Probes, Window, demotes, restores, why
+from gateway.quality.window import BUCKETS, Probes, Window, demotes, in_a_row, restores, why
 from gateway.request.model import parse_chat
 from gateway.routing.classify import Classifier
 from gateway.routing.router import Demoted, Router
@@ -86,6 +86,37 @@ def test_restores(probes: int, failed: int, expected: bool) -> None:
 def test_why_is_short_ascii() -> None:
     assert why(25, 23, 60.0) == "92% check failures (23 of 25 answers in 60 s)"
     assert why(0, 0, 1.5) == "0% check failures (0 of 0 answers in 1.5 s)"
+    assert why(90, 10, 60.0, streak=10) == "10 check failures in a row (10 of 90 answers in 60 s)"
+
+
+def test_a_streak_counts_failures_in_a_row() -> None:
+    w = Window(60.0)
+    for failed in (True, True, False, True, True, True):
+        w.add(1.0, failed)
+    assert (w.streak, in_a_row(w.streak, SMALL)) == (3, False)
+    w.add(1.0, True)
+    assert w.streak == 4 and in_a_row(4, QualitySettings(consecutive=4))
+    assert not in_a_row(100, QualitySettings(consecutive=0))  # off
+
+
+def test_a_wholesale_failure_demotes_before_its_share_outweighs_a_healthy_window() -> None:
+    """A minute of good answers, then every answer fails: the share needs as many failures
+    as the window holds good answers (30 s at a steady rate); ``consecutive`` acts at once."""
+    s = QualitySettings()  # the shipped defaults: 60 s, 20 answers, 50 %, 10 in a row
+    w, t = Window(s.window_s), 0.0
+    for _ in range(600):  # 10 answers a second, all good
+        t += 0.1
+        w.add(t, False)
+    failures = 0
+    while True:
+        t += 0.1
+        w.add(t, True)
+        failures += 1
+        n, bad = w.counts(t)
+        if demotes(n, bad, s) or in_a_row(w.streak, s):
+            break
+    assert failures == s.consecutive  # one second, not thirty
+    assert bad == 10 and n > 550  # the share alone: far from 50 %
 
 
 # -- the rules' settings -----------------------------------------------------------------------

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,62 +24,73 @@ from gateway.store.sqlite_store import SqliteStore
 from gateway.telemetry.record import AttemptRecord, RequestRecord
 from tests.conftest import REDIS, rules_for_tests
 
-Opener = Callable[[], Any]
+KINDS = ["memory", "sqlite", "redis"]
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis"])
-async def stores(
-    request: pytest.FixtureRequest, tmp_path: Path, prefix: str
-) -> AsyncIterator[tuple[Any, Any]]:
+def _open(kind: str, tmp: Path, prefix: str) -> tuple[Any, Any]:
     """Two processes' views of one store (Redis, one SQLite file; memory: the same object)."""
-    kind = request.param
     if kind == "memory":
         s = MemoryStore()
-        yield s, s
-        return
+        return s, s
     if kind == "sqlite":
-        a, b = SqliteStore(str(tmp_path / "g.db")), SqliteStore(str(tmp_path / "g.db"))
-    else:
-        p = f"{prefix}{request.node.name}:"
-        a, b = RedisStore(REDIS, p), RedisStore(REDIS, p)
-    yield a, b
-    if isinstance(a, RedisStore):
-        await a.delete_prefix()
-    await a.close()
-    await b.close()
+        return SqliteStore(str(tmp / "g.db")), SqliteStore(str(tmp / "g.db"))
+    return RedisStore(REDIS, prefix), RedisStore(REDIS, prefix)
 
 
-async def test_counts_add_up_across_processes(stores: tuple[Any, Any]) -> None:
-    a, b = stores
-    await a.count_rollout("r", {(1000, "next|n"): 2, (1000, "next|fb"): 1})
-    await b.count_rollout("r", {(1000, "next|n"): 3, (2000, "stable|n"): 5})
-    assert await b.rollout_counts("r", 0) == {
-        (1000, "next|n"): 5,
-        (1000, "next|fb"): 1,
-        (2000, "stable|n"): 5,
-    }
-    assert await a.rollout_counts("r", 2000) == {(2000, "stable|n"): 5}
-    assert await b.rollout_counts("r", 0) == {(2000, "stable|n"): 5}  # the older ones dropped
-    await a.put_rollout("r", {"share": 25.0, "history": [{"action": "started"}]})
-    assert (await b.rollouts())["r"]["share"] == 25.0
+def _with_stores(kind: str, tmp: Path, prefix: str, body: Callable[[Any, Any], Any]) -> None:
+    async def run() -> None:
+        a, b = _open(kind, tmp, prefix)
+        try:
+            await body(a, b)
+        finally:
+            if isinstance(a, RedisStore):
+                await a.delete_prefix()
+            if a is not b:
+                await b.close()
+            await a.close()
+
+    asyncio.run(run())
 
 
-async def test_one_process_holds_the_lease_until_it_expires_or_is_given_up(
-    stores: tuple[Any, Any],
+@pytest.mark.parametrize("kind", KINDS)
+def test_counts_add_up_across_processes(kind: str, tmp_path: Path, prefix: str) -> None:
+    async def body(a: Any, b: Any) -> None:
+        t1 = int(time.time() * 1000)  # a bucket's start, ms
+        t2 = t1 + 1000
+        await a.count_rollout("r", {(t1, "next|n"): 2, (t1, "next|fb"): 1})
+        await b.count_rollout("r", {(t1, "next|n"): 3, (t2, "stable|n"): 5})
+        assert await b.rollout_counts("r", 0) == {
+            (t1, "next|n"): 5,
+            (t1, "next|fb"): 1,
+            (t2, "stable|n"): 5,
+        }
+        assert await a.rollout_counts("r", t2) == {(t2, "stable|n"): 5}
+        assert await b.rollout_counts("r", 0) == {(t2, "stable|n"): 5}  # older ones dropped
+        await a.put_rollout("r", {"share": 25.0, "history": [{"action": "started"}]})
+        assert (await b.rollouts())["r"]["share"] == 25.0
+
+    _with_stores(kind, tmp_path, f"{prefix}counts-{kind}:", body)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_one_process_holds_the_lease_until_it_expires_or_is_given_up(
+    kind: str, tmp_path: Path, prefix: str
 ) -> None:
-    a, b = stores
-    assert await a.hold_lease("job", "p1", 0.3)
-    assert not await b.hold_lease("job", "p2", 0.3)
-    assert await a.hold_lease("job", "p1", 0.3)  # renewed by its holder
-    assert await b.lease_holder("job") == "p1"
-    await asyncio.sleep(0.4)  # p1 died: it renews no more
-    assert await b.lease_holder("job") is None
-    assert await b.hold_lease("job", "p2", 5)
-    assert not await a.hold_lease("job", "p1", 5)
-    await a.drop_lease("job", "p1")  # not its lease: nothing happens
-    assert await a.lease_holder("job") == "p2"
-    await b.drop_lease("job", "p2")
-    assert await a.hold_lease("job", "p1", 5)  # given up: taken at once
+    async def body(a: Any, b: Any) -> None:
+        assert await a.hold_lease("job", "p1", 0.3)
+        assert not await b.hold_lease("job", "p2", 0.3)
+        assert await a.hold_lease("job", "p1", 0.3)  # renewed by its holder
+        assert await b.lease_holder("job") == "p1"
+        await asyncio.sleep(0.4)  # p1 died: it renews no more
+        assert await b.lease_holder("job") is None
+        assert await b.hold_lease("job", "p2", 5)
+        assert not await a.hold_lease("job", "p1", 5)
+        await a.drop_lease("job", "p1")  # not its lease: nothing happens
+        assert await a.lease_holder("job") == "p2"
+        await b.drop_lease("job", "p2")
+        assert await a.hold_lease("job", "p1", 5)  # given up: taken at once
+
+    _with_stores(kind, tmp_path, f"{prefix}lease-{kind}:", body)
 
 
 # -- the runner ---------------------------------------------------------------------------
@@ -140,12 +151,16 @@ async def _traffic(fleet: Fleet, share: float, canary_failing: float, now: list[
     await fleet.rollouts.tick(fleet.control)
 
 
-async def test_a_canary_no_worse_is_promoted_step_by_step(tmp_path: Path) -> None:
+def test_a_canary_no_worse_is_promoted_step_by_step(tmp_path: Path) -> None:
+    asyncio.run(_a_canary_no_worse_is_promoted_step_by_step(tmp_path))
+
+
+async def _a_canary_no_worse_is_promoted_step_by_step(tmp_path: Path) -> None:
     store, now = MemoryStore(), [float(int(time.time()))]
     f = Fleet(store, tmp_path, "p1", now)
     await f.control.start()
     first = f.control.version
-    shares = []
+    shares: list[float] = []
     for _ in range(40):
         w = f.rollouts.watching["default"]
         await _traffic(f, w.share, 0.0, now)
@@ -164,7 +179,11 @@ async def test_a_canary_no_worse_is_promoted_step_by_step(tmp_path: Path) -> Non
     assert [h["action"] for h in view["history"]] == ["started", "promote", "promote"]
 
 
-async def test_a_worse_canary_is_rolled_back_at_once(tmp_path: Path) -> None:
+def test_a_worse_canary_is_rolled_back_at_once(tmp_path: Path) -> None:
+    asyncio.run(_a_worse_canary_is_rolled_back_at_once(tmp_path))
+
+
+async def _a_worse_canary_is_rolled_back_at_once(tmp_path: Path) -> None:
     store, now = MemoryStore(), [float(int(time.time()))]
     f = Fleet(store, tmp_path, "p1", now)
     await f.control.start()
@@ -180,7 +199,11 @@ async def test_a_worse_canary_is_rolled_back_at_once(tmp_path: Path) -> None:
     assert view["decision"] == "rolled_back" and view["history"][-1]["action"] == "rollback"
 
 
-async def test_only_the_lease_holder_steps_and_counts_are_the_fleets(tmp_path: Path) -> None:
+def test_only_the_lease_holder_steps_and_counts_are_the_fleets(tmp_path: Path) -> None:
+    asyncio.run(_only_the_lease_holder_steps_and_counts_are_the_fleets(tmp_path))
+
+
+async def _only_the_lease_holder_steps_and_counts_are_the_fleets(tmp_path: Path) -> None:
     store, now = MemoryStore(), [float(int(time.time()))]
     a, b = Fleet(store, tmp_path, "a", now), Fleet(store, tmp_path, "b", now)
     await a.control.start()

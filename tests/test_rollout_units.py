@@ -190,8 +190,15 @@ def test_a_healthy_canary_is_seldom_rolled_back_by_chance(test: str, most: int) 
     arrive. The fallback metric's share of alpha is 0.05 / 3: 17 in 1,000 at most, in
     theory; the z-test's normal tail is a little generous with 5 events in 100."""
     rng = random.Random(7)
-    a = Analysis(
-        baseline="b", canary="c", steps=(10, 50, 100), interval=1, min_samples=100, test=test
+    a = Analysis.model_validate(
+        {
+            "baseline": "b",
+            "canary": "c",
+            "steps": (10, 50, 100),
+            "interval": 1,
+            "min_samples": 100,
+            "test": test,
+        }
     )
     rolled = 0
     for _ in range(1000):
@@ -357,3 +364,18 @@ def test_counts_add_up_per_arm_from_the_step_on() -> None:
     )
     assert sum(arms["next"].latency) == 2
     assert arm_stats(fields, old)["next"].requests == 3  # the older bucket, from an earlier step
+
+
+def test_validate_and_explain_show_the_split_and_its_analysis() -> None:
+    from gateway.rules.effective import describe_line, rules_settings
+
+    s = rules_settings(parse_rules(_rules()))["default"]
+    assert s["split"] == {"stable": "highspeed x95", "next": "standard x5"}
+    assert s["analysis"] == (
+        "next vs stable: 5 -> 25 -> 100 %, each held 60 s and 200 requests an arm; rolled "
+        "back past fallbacks x1.5, check failures x1.5, p99 x1.3 (two-proportion-z, alpha 0.05)"
+    )
+    line = describe_line("default", s)
+    assert line.endswith(
+        f"; split stable highspeed x95, next standard x5; rollout judged: {s['analysis']}"
+    )

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
-from gateway.checks.base import Check, StreamGuard, TextSource
+from gateway.checks.base import Check, RequestFacts, StreamGuard, TextSource
 from gateway.request.model import ClientRequest
 from gateway.request.prefix import PromptKey
 from gateway.routing.router import RouteDecision
@@ -16,6 +16,7 @@ from gateway.upstream.pools import Pool
 from gateway.upstream.responses_events import RESPONSES_PATH
 from gateway.upstream.scheduler import ANYONE, Ticket
 
+_LIMITS = frozenset(("max_tokens", "max_completion_tokens"))
 PATHS = MappingProxyType({"chat": "/v1/chat/completions", "completions": "/v1/completions"})
 
 
@@ -28,6 +29,15 @@ class Call:
     ticket: Ticket = ANYONE  # who asks (tenant, priority band): the pools' queue order
     registry: Mapping[str, Check] = field(default_factory=dict)  # every check, by name
     review_opt_out: bool = False  # the tenant's policy keeps it out of the review queue
+
+    def facts_for(self, pool: Pool) -> RequestFacts:
+        """What the checks know of the request as ``pool``'s tier receives it: a
+        ``max_tokens`` from the tier's ``request_defaults`` is a limit set (an answer that
+        stops there is not truncated against the client's wish)."""
+        f = self.req.facts
+        if f.max_tokens_set or not _LIMITS.intersection(pool.tier.request_defaults):
+            return f
+        return replace(f, max_tokens_set=True)
 
     def good_prefix(self, e: CheckFailed, text: str, finish_reason: str | None) -> int | None:
         """Where the good text before ``e`` ends in ``text``: what the failed check says

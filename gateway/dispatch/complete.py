@@ -81,15 +81,21 @@ class Completer:
         if salvage is not None:  # the whole text is judged: the live phase saw only a part
             answer, live = _joined(call, answer, salvage), None
             trail.continued, trail.salvage = f"{salvage.tier}:{len(salvage.prefix)}", None
-        await self._judged(call, answer, how, trail, live)
+        await self._judged(call, answer, how, trail, live, pool)
         return orjson.dumps(answer), answer.get("usage")
 
     async def _judged(
-        self, call: Call, answer: dict[str, Any], how: Opening, trail: Trail, s: StreamStart | None
+        self,
+        call: Call,
+        answer: dict[str, Any],
+        how: Opening,
+        trail: Trail,
+        s: StreamStart | None,
+        pool: Pool,
     ) -> None:
         """:meth:`_judge`; a failure leaves the next tier what of ``s``'s text it can use."""
         try:
-            await self._judge(call, answer, how, trail, s)
+            await self._judge(call, answer, how, trail, s, pool)
         except AttemptFailed as e:
             if s is not None:
                 self._keep(call, s.pool.name, s.state, e, trail)
@@ -115,7 +121,7 @@ class Completer:
             answer = await self._read(call, nxt, fast, trail, cont)
             if isinstance(answer.get("usage"), dict):
                 answer["usage"] = merge_usage(first_usage, tokens, answer["usage"])
-            await self._judged(call, answer, fast, trail, nxt)
+            await self._judged(call, answer, fast, trail, nxt, nxt.pool)
         except AttemptFailed as e:
             trail.failures.append(Failure.of(nxt.pool.name, e))
             trail.bridged = None
@@ -197,6 +203,7 @@ class Completer:
         how: Opening,
         trail: Trail,
         s: StreamStart | None,
+        pool: Pool,
     ) -> None:
         """Every check of the rule on every choice (less those the live phase already
         passed on the whole text); the last tier may deliver a failure."""
@@ -208,7 +215,8 @@ class Completer:
             if seen and not s.state.multi:
                 checks = tuple(c for c in checks if id(c) not in seen)
         for out in outputs(call.req.kind, answer):
-            bad = failed or await self._verdicts.whole(call, out, how.until, checks)
+            facts = call.facts_for(pool)
+            bad = failed or await self._verdicts.whole(call, out, how.until, checks, facts=facts)
             if bad is None:
                 continue
             if not how.deliver:
@@ -252,7 +260,7 @@ class Completer:
             pool.record(False)
             raise BadBody("the answer's choices are malformed") from None
         pool.record(True)
-        await self._judge(call, answer, how, trail, None)
+        await self._judge(call, answer, how, trail, None, pool)
         return data, answer.get("usage")
 
 

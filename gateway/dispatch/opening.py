@@ -169,7 +169,8 @@ class StreamOpener:
                     raise AnswerTimeout("the answer held back did not end in its time") from None
                 # the window's time is up: what we hold so far goes out
         if state.done:  # all of it is here: every check of the rule
-            return await self._verdicts.whole(call, state.output(), how.until)
+            facts = call.facts_for(s.pool)
+            return await self._verdicts.whole(call, state.output(), how.until, facts=facts)
         bad = s.live.run(state)
         remote = [c for c in call.checks if c.abilities.partial and c.abilities.cost is Cost.REMOTE]
         if bad is None and remote:  # remote checks of partial text: the window, once
@@ -188,7 +189,7 @@ def _start(call: Call, pool: Pool, rep: Replica, how: Opening) -> StreamStart:
         state=StreamState(call.req.kind == "chat"),
         live=LiveChecks(
             call.checks,
-            call.req.facts,
+            call.facts_for(pool),
             cfg.check_every_chars,
             cfg.check_window_chars,
             fresh=not how.continuing,

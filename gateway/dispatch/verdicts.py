@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
-from gateway.checks.base import Check, CheckContext, CheckResult, Cost, Output
+from gateway.checks.base import Check, CheckContext, CheckResult, Cost, Output, RequestFacts
 from gateway.dispatch.call import Call
 from gateway.telemetry.recorder import Telemetry
 
@@ -40,22 +40,27 @@ class Verdicts:
         until: float,
         checks: Sequence[Check] | None = None,
         partial: bool = False,
+        facts: RequestFacts | None = None,
     ) -> CheckResult | None:
-        """The first failure of ``checks`` (default: the call's) on ``out``, or None."""
+        """The first failure of ``checks`` (default: the call's) on ``out``, or None;
+        ``facts``: the request as the answering tier got it (default: as the client sent it)."""
         checks = call.checks if checks is None else checks
+        facts = call.req.facts if facts is None else facts
         acting = [c for c in checks if not c.abilities.report_only]
         cheap = [c for c in acting if c.abilities.cost is Cost.CHEAP]
-        bad = self._tel.run_checks(cheap, out, call.req.facts) if cheap else None
+        bad = self._tel.run_checks(cheap, out, facts) if cheap else None
         if bad is not None or len(cheap) == len(acting):
             return bad
         remote = [c for c in acting if c.abilities.cost is not Cost.CHEAP]
         ctx = CheckContext(call.req.body, call.d.rule, until, partial)
-        results = await asyncio.gather(*(self._awaited(c, out, call, ctx) for c in remote))
+        results = await asyncio.gather(*(self._awaited(c, out, facts, ctx) for c in remote))
         return next((r for r in results if not r.ok), None)
 
-    async def _awaited(self, c: Check, out: Output, call: Call, ctx: CheckContext) -> CheckResult:
+    async def _awaited(
+        self, c: Check, out: Output, facts: RequestFacts, ctx: CheckContext
+    ) -> CheckResult:
         t0 = time.perf_counter()
-        res = await c.verdict(out, call.req.facts, ctx)
+        res = await c.verdict(out, facts, ctx)
         self._tel.check_verdict(c.name, res.ok, time.perf_counter() - t0)
         return res
 
@@ -73,7 +78,7 @@ class Verdicts:
 
     async def _report(self, c: Check, call: Call, out: Output) -> None:
         ctx = CheckContext(call.req.body, call.d.rule, time.monotonic() + REPORT_MAX_S)
-        res = await self._awaited(c, out, call, ctx)
+        res = await self._awaited(c, out, call.req.facts, ctx)
         if self.reported is not None:
             try:
                 await self.reported(call, out, res)

@@ -33,7 +33,7 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from gateway.errors import StoreUnavailable
-from gateway.quality.window import Probes, Window, demotes, restores, why
+from gateway.quality.window import Probes, Window, demotes, in_a_row, restores, why
 from gateway.routing.router import Demoted
 from gateway.rules.quality import QualitySettings
 from gateway.rules.schema import Rules
@@ -137,8 +137,9 @@ class QualityCircuit:
             w = self._windows[key] = Window(s.window_s)
         w.add(now, failed)
         n, bad = w.counts(now)
-        if demotes(n, bad, s):
-            reason = why(n, bad, s.window_s)
+        share = demotes(n, bad, s)
+        if share or in_a_row(w.streak, s):
+            reason = why(n, bad, s.window_s, 0 if share else w.streak)
             d = Demotion(*key, reason, now, now + s.max_demotion_s, self._who)
             log.warning("quality circuit: %s demoted for rule %s: %s", key[1], key[0], reason)
             self._apply(d)

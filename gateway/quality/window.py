@@ -3,10 +3,13 @@ the two verdicts (demote, restore). Pure and clock-free: every call is given ``n
 
 * :class:`Window` counts a tier's checked answers on one rule, and those that failed a
   check, over the last ``span`` seconds, in :data:`BUCKETS` buckets (an answer leaves the
-  window within ``span / BUCKETS`` of ``span`` seconds after it came): O(1) per answer.
+  window within ``span / BUCKETS`` of ``span`` seconds after it came): O(1) per answer. It
+  also counts the failures in a row (its ``streak``): a tier that fails wholesale fails
+  every answer, and that shows long before its share outweighs the good answers the window
+  still holds (Envoy's outlier detection has both, consecutive errors and a success rate).
 * :class:`Probes` keeps the verdicts of the latest ``size`` probes of a demoted tier.
-* :func:`demotes` and :func:`restores` are the thresholds, :func:`why` the reason that
-  ``x-gateway-route`` and the audit log give.
+* :func:`demotes`, :func:`in_a_row` and :func:`restores` are the thresholds, :func:`why` the
+  reason that ``x-gateway-route`` and the audit log give.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ BUCKETS = 20
 class Window:
     """Answers and check failures over the last ``span`` seconds (see the module)."""
 
-    __slots__ = ("_buckets", "_width", "answers", "failed", "span")
+    __slots__ = ("_buckets", "_width", "answers", "failed", "span", "streak")
 
     def __init__(self, span: float):
         self.span = span
@@ -30,6 +33,7 @@ class Window:
         self._buckets: deque[list[int]] = deque()  # [bucket index, answers, failed], oldest first
         self.answers = 0
         self.failed = 0
+        self.streak = 0  # answers in a row, the latest included, that failed a check
 
     def add(self, now: float, failed: bool) -> None:
         i = math.floor(now / self._width)
@@ -43,6 +47,7 @@ class Window:
         b[2] += int(failed)
         self.answers += 1
         self.failed += int(failed)
+        self.streak = self.streak + 1 if failed else 0
 
     def counts(self, now: float) -> tuple[int, int]:
         """Answers and failed ones in the window that ends ``now``."""
@@ -57,7 +62,7 @@ class Window:
 
     def clear(self) -> None:
         self._buckets.clear()
-        self.answers = self.failed = 0
+        self.answers = self.failed = self.streak = 0
 
 
 class Probes:
@@ -85,12 +90,21 @@ def demotes(answers: int, failed: int, s: QualitySettings) -> bool:
     return answers >= s.min_answers and failed >= s.demote_at * answers
 
 
+def in_a_row(streak: int, s: QualitySettings) -> bool:
+    """The latest ``consecutive`` answers all failed (``consecutive`` 0: never)."""
+    return bool(s.consecutive) and streak >= s.consecutive
+
+
 def restores(probes: int, failed: int, s: QualitySettings) -> bool:
     """The latest ``restore_probes`` probes are in, and at most ``restore_at`` of them failed."""
     return probes >= s.restore_probes and failed <= s.restore_at * probes
 
 
-def why(answers: int, failed: int, span: float) -> str:
-    """``92% check failures (23 of 25 answers in 60 s)``: ASCII, for a header."""
+def why(answers: int, failed: int, span: float, streak: int = 0) -> str:
+    """``92% check failures (23 of 25 answers in 60 s)``, or ``10 check failures in a row
+    (12 of 30 answers in 60 s)``: ASCII, for a header."""
+    counts = f"{failed} of {answers} answers in {span:g} s"
+    if streak:
+        return f"{streak} check failures in a row ({counts})"
     share = round(100 * failed / answers) if answers else 0
-    return f"{share}% check failures ({failed} of {answers} answers in {span:g} s)"
+    return f"{share}% check failures ({counts})"

@@ -128,7 +128,7 @@ def _exceeds(canary: float | None, base: float | None, limit: float) -> bool:
 
 def look_level(a: Analysis, look: int) -> float:
     """The level each metric is tested at in look ``look`` (from 0) of a step."""
-    return a.alpha / 2 ** (look + 1) / max(1, len(a.compared()))
+    return float(a.alpha / 2 ** (look + 1) / max(1, len(a.compared())))
 
 
 def look_at(a: Analysis, look: int) -> int:

@@ -5,7 +5,9 @@ only the fields it names).
 A tier whose answers on a rule fail their checks too often is demoted for that rule: when
 at least ``min_answers`` answers came in the last ``window_s`` seconds and at least
 ``demote_at`` of them failed a check, the rule's requests skip the tier and go straight to
-the next one. ``probe_share`` of them still try it first (its probes); once the last
+the next one; so do ``consecutive`` answers in a row that all failed (a tier that fails
+wholesale shows it long before its share outweighs the good answers still in the window).
+``probe_share`` of them still try it first (its probes); once the last
 ``restore_probes`` probes failed no more than ``restore_at`` of the time, it carries its
 traffic again. A demotion ends by itself after ``max_demotion_s`` whatever the probes say
 (then the window judges afresh). See ``gateway.quality`` and docs/quality-circuit.md.
@@ -28,6 +30,12 @@ class QualitySettings(Strict):
     )
     demote_at: float = Field(
         default=0.5, gt=0, le=1, description="share of those answers failing a check that demotes"
+    )
+    consecutive: int = Field(
+        default=10,
+        ge=0,
+        description="answers in a row failing a check that demote at once, whatever the share "
+        "(0: off)",
     )
     probe_share: float = Field(
         default=0.05, ge=0, le=1, description="share of the rule's requests still sent to it"
