@@ -145,10 +145,11 @@ def headers_reference() -> str:
 
 
 def admin_openapi() -> dict[str, typing.Any]:
-    """The admin app's OpenAPI document (the app needs only the settings to describe itself)."""
+    """The admin app's OpenAPI document (the app needs only the settings, and no store, to
+    describe itself)."""
     from gateway.admin.app import create_admin_app
 
-    gw = types.SimpleNamespace(settings=Settings())
+    gw = types.SimpleNamespace(settings=Settings(), store=None)
     return create_admin_app(gw).openapi()  # type: ignore[arg-type]
 
 

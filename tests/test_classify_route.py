@@ -466,3 +466,35 @@ def test_rules_yaml_shape_errors(text: str, expected: str) -> None:
     with pytest.raises(RulesError) as ei:
         parse_rules(text)
     assert ei.value.errors[0].startswith(expected)
+
+
+@pytest.mark.parametrize(
+    ("budget", "priced", "tiers", "why"),
+    [
+        (None, frozenset(), ("highspeed", "standard"), None),  # no USD budget: any tier
+        (1.0, None, ("highspeed", "standard"), None),  # prices not known to the caller
+        (1.0, frozenset({"standard"}), ("standard",), "unpriced: highspeed"),
+        (1.0, frozenset({"highspeed", "standard"}), ("highspeed", "standard"), None),
+    ],
+)
+def test_a_usd_budget_keeps_to_priced_tiers_in_the_routers_decision(
+    budget: float | None, priced: frozenset[str] | None, tiers: tuple[str, ...], why: str | None
+) -> None:
+    from gateway.tenancy.tenants import CostBudget, Effective, Policy
+
+    policy = Policy(cost_budget=CostBudget(usd=budget) if budget else None)
+    c = Classifier(RULES).classify(parse_chat(chat("hello there")), {})
+    d = Router(RULES).decide(c, {}, Effective(policy), priced=priced)
+    assert d.tiers == tiers
+    assert why is None or why in d.reason
+
+
+def test_a_usd_budget_with_no_priced_tier_is_refused() -> None:
+    from gateway.errors import PermissionDenied
+    from gateway.tenancy.tenants import CostBudget, Effective, Policy
+
+    eff = Effective(Policy(cost_budget=CostBudget(usd=1.0)))
+    c = Classifier(RULES).classify(parse_chat(chat("hello there")), {})
+    with pytest.raises(PermissionDenied) as e:
+        Router(RULES).decide(c, {}, eff, priced=frozenset())
+    assert e.value.code == "tier_unpriced"

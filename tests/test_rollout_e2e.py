@@ -183,6 +183,7 @@ def test_the_consoles_rules_page_shows_the_rollout(fleet: tuple[list[str], list[
     opener.open(f"{admin}/console/login", data=form, timeout=10).close()
     with opener.open(f"{admin}/console/rules", timeout=10) as r:
         page = r.read().decode()
-    assert 'id="rollouts"' in page and 'data-rule="default"' in page
-    assert 'data-arm="next"' in page and 'data-metric="fallback_rate"' in page
-    assert "next vs stable: 20 -&gt; 50 -&gt; 100 %" in page
+    section = page[page.index('id="rollouts"') : page.index("</section>")]
+    assert 'data-rule="default"' in section and 'class="pill decision' in section
+    assert 'data-arm="stable"' in section and 'data-arm="next"' in section
+    assert "next vs stable: 20 -&gt; 50 -&gt; 100 %" in section

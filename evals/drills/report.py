@@ -76,6 +76,7 @@ def figures(samples: list[Sample], flips: list[Flip], ph: Phases) -> dict[str, A
         "latency": {
             "before": _latency(before),
             "during": _latency(during),
+            "during_undetected": _latency([s for s in during if s not in skipping]),
             "during_demoted": _latency(skipping),
             "after": _latency(after),
         },
@@ -137,6 +138,7 @@ def markdown(fig: dict[str, Any], setup: dict[str, Any]) -> str:
         "|---|---|---|---|",
         _row("before", lat["before"]),
         _row("during (all)", lat["during"]),
+        _row("during, before the demotion", lat["during_undetected"]),
         _row("during, once demoted", lat["during_demoted"]),
         _row("after the fix", lat["after"]),
         "",

@@ -1,9 +1,9 @@
 """The concurrency slots this process holds: leases it renews, and a store that forgets
 what no live process holds.
 
-A slot in the store is a lease (:data:`~gateway.tenancy.limits.SLOT_LEASE_MS`) named
+A slot in the store is a lease (:data:`~gateway.tenancy.leases.SLOT_LEASE_MS`) named
 ``<owner>:<request>``, the owner being this process's fleet id (:mod:`.fleet`). Every
-:data:`~gateway.tenancy.limits.SLOT_RENEW_S` seconds this process *syncs* each tenant it
+:data:`~gateway.tenancy.leases.SLOT_RENEW_S` seconds this process *syncs* each tenant it
 holds slots of, in one call (:meth:`~gateway.store.base.AdmissionStore.sync_slots`): the
 slots it holds are renewed, and its own slots that it no longer holds are removed. A
 process that dies stops renewing, so its slots come back within one lease.
@@ -33,7 +33,8 @@ from collections.abc import Iterator
 
 from gateway.errors import StoreUnavailable
 from gateway.store.base import AdmissionStore
-from gateway.tenancy.limits import SLOT_LEASE_MS, SLOT_RENEW_S, LocalLimiter
+from gateway.tenancy.leases import SLOT_LEASE_MS, SLOT_RENEW_S
+from gateway.tenancy.limits import LocalLimiter
 
 RETRY_S = 0.25  # how often unsettled tenants are synced while the store does not answer
 _LEASE_S = SLOT_LEASE_MS / 1000

@@ -17,7 +17,7 @@ last, or this request is one of its probes (the caller's ``draw`` under the rule
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 
 from gateway.errors import PermissionDenied
@@ -124,8 +124,13 @@ class Router:
         eff: Effective = OPEN,
         windows: Mapping[str, int] | None = None,
         demoted: Demoted | None = None,
+        priced: Collection[str] | None = None,
     ) -> RouteDecision:
-        """``windows``: the tiers' known context windows (default: the rules'); ``demoted``."""
+        """The route of ``c``, from everything that decides a tier, in one place: the rules,
+        the tenant's policy (``eff``), the tiers' health (``healthy``), their known context
+        windows (``windows``; default: the rules'), the quality circuit's demotions
+        (``demoted``) and, for a key with a USD budget, which tiers' answers can be priced
+        (``priced``; default: all)."""
         p = eff.policy
         # a policy is checked against the rules it was written under; a later rules version
         # may lack a tier or SLA class it names: that part of it is ignored, and said
@@ -156,6 +161,8 @@ class Router:
         if p.fallback_enabled is False:
             chain = chain[:1]
             why.append(f"fallback off ({eff.who('fallback_enabled')})")
+        if p.cost_budget is not None and priced is not None:
+            chain = _priced(chain, priced, name, why)
         chain = self._fit(chain, c, self._declared if windows is None else windows, why)
         checks = _checks(rule.guarded_checks(len(chain) > 1), eff)  # the guards need a fallback
         chain, out = self._undemoted(chain, rule, name, hint, demoted, why)
@@ -254,6 +261,26 @@ def _allowed(
             code="tier_not_allowed",
         )
     return chain
+
+
+def _priced(
+    chain: tuple[str, ...], priced: Collection[str], rule: str, why: list[str]
+) -> tuple[str, ...]:
+    """A USD budget is kept only where every answer can be priced: ``chain`` less the tiers
+    without a known price (said in ``why``); 403 ``tier_unpriced`` when none is left."""
+    unpriced = [t for t in chain if t not in priced]
+    if not unpriced:
+        return chain
+    kept = tuple(t for t in chain if t in priced)
+    if not kept:
+        raise PermissionDenied(
+            f"This key has a USD budget and rule {rule!r} routes to tiers without a known "
+            f"price ({', '.join(unpriced)}), whose cost could not be counted against it; "
+            "the operator sets tiers.<name>.price.",
+            code="tier_unpriced",
+        )
+    why.append(f"unpriced: {','.join(unpriced)}")
+    return kept
 
 
 def _tiers_of(r: Route) -> tuple[str, ...]:

@@ -41,7 +41,6 @@ from gateway.errors import (
 from gateway.headers import H_REQUEST_ID, H_SHOULD_RETRY
 from gateway.request.model import ClientRequest, parse_chat, parse_completion
 from gateway.server import drain
-from gateway.server.budgets import priced_route
 from gateway.server.cached import serve_hit
 from gateway.server.exchange import Exchange
 from gateway.server.replies import (
@@ -127,8 +126,6 @@ async def _serve(t: _Turn) -> web.StreamResponse:
         req = t.ep.parse(await read_body(t.request, gw.settings))
         d = ex.d = rt.route(req, t.request.headers, eff, gw.quality.for_request())
         ex.models = rt.pools.served()  # who answered, by the tier that did (headers, log)
-        if eff.policy.cost_budget is not None:  # only tiers whose answers can be priced
-            d = ex.d = priced_route(d, rt.pools)
         if gw.cache is not None and d.cache is not None:
             ask = Ask(req, d, eff, t.request.headers, rt.rules, rt.pools, ex.kind)
             ex.cache = await gw.cache.lookup(ask)

@@ -76,7 +76,8 @@ class Runtime:
         """Classify the request and choose its route, with the tiers' health and known
         context windows as of now, and the quality circuit's demotions (``demoted``)."""
         c = self.classifier.classify(req, headers)
-        return self.router.decide(c, self.pools.health(), eff, self.pools.windows(), demoted)
+        pools = self.pools
+        return self.router.decide(c, pools.health(), eff, pools.windows(), demoted, pools.priced())
 
     def in_use(self) -> _InUse:
         """``with rt.in_use():`` a request uses this snapshot: its pools are closed only
@@ -157,7 +158,7 @@ class Gateway:
         if rules.tiers != old.rules.tiers:
             pools = Pools(dict(rules.tiers), self.transport, self.models_changed)
             say_lacks(pools)
-            _inherit_models(pools, old.pools)
+            pools.inherit(old.pools)
             pools.start()
             grace = max((t.timeouts.total for t in old.rules.tiers.values()), default=60)
             self.spawn(old.pools.retire(grace))
@@ -297,22 +298,6 @@ def _runtime(
         review=review,
         models_body=_models_body(rules, served),
     )
-
-
-def _inherit_models(new: Pools, old: Pools) -> None:
-    """What the old pools discovered, for new pools of the same engines (until re-probed);
-    and their queue, so requests still running on the old pools keep counting against the
-    engines' capacity (a fresh gate would let twice ``max_concurrency`` through)."""
-    for name, p in new.by_tier.items():
-        was = old.by_tier.get(name)
-        if was is None or was.tier.endpoints != p.tier.endpoints:
-            continue
-        if p.tier.model is None:
-            p.models.served = dict(was.models.served)
-            p.models.chosen, p.models.disagree = was.models.chosen, was.models.disagree
-        if p.gate.capacity is not None and p.gate.capacity == was.gate.capacity:
-            p.gate = was.gate
-            p.gate.max_queue = p.tier.max_queue
 
 
 def _models_body(rules: Rules, served: dict[str, str]) -> bytes:

@@ -33,11 +33,11 @@ from gateway.errors import StoreUnavailable
 from gateway.store.events import CHANGES_KEEP_S
 from gateway.store.redis_conn import RedisConn, RedisPart
 from gateway.store.sqlite_db import SqliteDb, SqlitePart
+from gateway.tenancy.leases import SYNC_LUA
 from gateway.tenancy.limits import (
     ADMIT_LUA,
     NO_RESERVE,
     SLOT_LEASE_MS,
-    SYNC_LUA,
     Admission,
     Denied,
     Hold,

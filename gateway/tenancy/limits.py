@@ -28,11 +28,12 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from gateway.tenancy.leases import SLOT_LEASE_MS as SLOT_LEASE_MS  # where callers look
+from gateway.tenancy.leases import SLOT_RENEW_S as SLOT_RENEW_S
+from gateway.tenancy.leases import sync
 from gateway.tenancy.tenants import Policy
 
 Denied = Literal["requests", "tokens", "concurrency", "budget", "cost_budget"]
-SLOT_LEASE_MS = 10_000  # a slot its holder stopped renewing is free again after this
-SLOT_RENEW_S = 2.5  # how often a holder renews its slots (four times per lease)
 SETTLED_WINDOW_MS = 3_600_000  # a settle retried within this counts once ...
 SETTLED_MAX = 20_000  # ... among a tenant's latest this many settles (bounded bookkeeping)
 USAGE_TTL_S = 40 * 86400
@@ -167,37 +168,6 @@ if cost_budget > 0 and want_m > 0 then
   redis.call('EXPIRE', KEYS[5], tonumber(ARGV[12]))
 end
 return {1, '', 0, math.floor(rt), math.floor(tt)}
-"""
-
-# KEYS: the concurrency zset
-# ARGV: now_ms, slot lease ms, the owner's prefix ("<owner>:"), re-add (1: a slot held is
-#       added back if the store lost it; 0: only renewed), how many slots are held (n), the
-#       n held slots, then the slots whose admission is in flight (kept, neither added nor
-#       renewed: the admission adds them)
-# The owner's slots that are neither held nor being admitted are removed: their requests
-# ended, and their release never reached this store. Returns how many were removed.
-SYNC_LUA = """
-local key, now, lease = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2])
-local owner, readd, n = ARGV[3], ARGV[4] == '1', tonumber(ARGV[5])
-local keep = {}
-for i = 6, #ARGV do keep[ARGV[i]] = true end
-redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
-local gone = 0
-for _, m in ipairs(redis.call('ZRANGE', key, 0, -1)) do
-  if string.sub(m, 1, #owner) == owner and not keep[m] then
-    redis.call('ZREM', key, m)
-    gone = gone + 1
-  end
-end
-for i = 6, 5 + n do
-  if readd then
-    redis.call('ZADD', key, now + lease, ARGV[i])
-  else
-    redis.call('ZADD', key, 'XX', now + lease, ARGV[i])
-  end
-end
-if redis.call('EXISTS', key) == 1 then redis.call('PEXPIRE', key, lease) end
-return gone
 """
 
 # KEYS: tpm bucket, budget counter, cost counter, the held budget and cost counters, the
@@ -375,21 +345,9 @@ class LocalLimiter:
         readd: bool,
         now: float | None = None,
     ) -> int:
-        """:data:`SYNC_LUA` in process: ``owner``'s slots become ``held`` (renewed; added
-        back when ``readd``), the rest of its slots go, except those ``admitting``; how many
-        went."""
+        """:func:`~gateway.tenancy.leases.sync` on this limiter's slots of ``tenant``."""
         now = time.time() if now is None else now
-        slots = self._inflight.setdefault(tenant, {})
-        for r in [r for r, exp in slots.items() if exp < now]:
-            del slots[r]
-        stale = [r for r in slots if r.startswith(owner) and r not in held and r not in admitting]
-        for r in stale:
-            del slots[r]
-        until = now + SLOT_LEASE_MS / 1000
-        for r in held:
-            if readd or r in slots:
-                slots[r] = until
-        return len(stale)
+        return sync(self._inflight.setdefault(tenant, {}), owner, held, admitting, readd, now)
 
     def debit(
         self,

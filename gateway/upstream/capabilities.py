@@ -6,7 +6,7 @@ is known.
 A hosted tier is the one that may lack them: a LiteLLM model takes an assistant prefill
 only where LiteLLM's model map says so, and is priced only where the map (or the rules'
 ``price``) knows it; an unpriced tier reports no cost, and no tenant with a USD budget is
-sent to it (``gateway.server.budgets``).
+sent to it (the router's ``priced`` input).
 """
 
 from __future__ import annotations

@@ -304,6 +304,25 @@ class Pools:
     def __getitem__(self, tier: str) -> Pool:
         return self.by_tier[tier]
 
+    def inherit(self, old: Pools) -> None:
+        """What the old pools discovered, for new pools of the same engines (until re-probed);
+        and their queue, so requests still running on the old pools keep counting against the
+        engines' capacity (a fresh gate would let twice ``max_concurrency`` through)."""
+        for name, p in self.by_tier.items():
+            was = old.by_tier.get(name)
+            if was is None or was.tier.endpoints != p.tier.endpoints:
+                continue
+            if p.tier.model is None:
+                p.models.served = dict(was.models.served)
+                p.models.chosen, p.models.disagree = was.models.chosen, was.models.disagree
+            if p.gate.capacity is not None and p.gate.capacity == was.gate.capacity:
+                p.gate = was.gate
+                p.gate.max_queue = p.tier.max_queue
+
+    def priced(self) -> frozenset[str]:
+        """The tiers whose answers have a known price (a USD budget is kept only there)."""
+        return frozenset(name for name, p in self.by_tier.items() if p.price is not None)
+
     def health(self) -> dict[str, bool]:
         now = time.monotonic()
         return {name: p.available(now) for name, p in self.by_tier.items()}
