@@ -14,6 +14,7 @@
     python -m evals cache [--duration 3 --clients 1,8 --scale 1] [--report FILE]
     python -m evals routing [--workloads multiturn,... --loads moderate,near --routers ...]
     python -m evals drill-bad-deploy [--replicas 2 --rate 16 --healthy 10 --bad 20 --after 40]
+    python -m evals drill-canary [--runs bad,good --replicas 2 --rate 60 --factor 3 ...]
 
 Each command is a module with ``main(argv) -> int`` (a harness's ``run`` module); add one
 by adding a line to COMMANDS.
@@ -44,6 +45,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "drill-bad-deploy": (
         "evals.drills.bad_deploy",
         "the fast tier loops mid-run, then recovers: time to demote and restore, who paid",
+    ),
+    "drill-canary": (
+        "evals.drills.canary",
+        "a canary with 3x the failures is rolled back, one as good promoted: timings",
     ),
 }
 

@@ -161,7 +161,6 @@ def test_a_rules_swap_keeps_the_queue_of_unchanged_engines() -> None:
     """Requests still running on the old pools hold slots: new pools of the same engines
     and capacity share the old gate, so the engines never see twice max_concurrency."""
     from gateway.rules.schema import Rules
-    from gateway.server.state import _inherit_models
     from gateway.upstream.pools import Pools
     from tests.conftest import rules_for_tests
 
@@ -178,8 +177,8 @@ def test_a_rules_swap_keeps_the_queue_of_unchanged_engines() -> None:
     raw3 = copy.deepcopy(raw)
     raw3["tiers"]["highspeed"]["max_concurrency"] = 8
     same, bigger = pools(raw2), pools(raw3)
-    _inherit_models(same, old)
-    _inherit_models(bigger, old)
+    same.inherit(old)
+    bigger.inherit(old)
     assert same.by_tier["highspeed"].gate is old.by_tier["highspeed"].gate
     kept = same.by_tier["highspeed"].gate
     assert kept.busy == 3 and kept.max_queue == 7
