@@ -59,6 +59,7 @@ ROUTES = (
     ("POST", "/admin/rules/rollback"),
     ("GET", "/admin/rules/versions"),
     ("GET", "/admin/rules/versions/{version}"),
+    ("GET", "/admin/rollouts"),
     ("GET", "/admin/pools"),
     ("POST", "/admin/explain"),
     ("GET", "/admin/audit"),
@@ -507,6 +508,7 @@ def test_every_route_answers_what_its_openapi_schema_declares(gw: tuple[Proc, st
     check("POST", "/admin/rules/rollback", 200, {"version": v})
     check("GET", "/admin/rules/versions", 200)
     check("GET", "/admin/rules/versions/{version}", 200, ids={"version": str(v)})
+    check("GET", "/admin/rollouts", 200)
     check("GET", "/admin/pools", 200)
     chat = {"model": "auto", "messages": [{"role": "user", "content": "x"}]}
     check("POST", "/admin/explain", 200, {"body": chat, "tenant_id": t["id"]})

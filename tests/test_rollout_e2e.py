@@ -45,15 +45,20 @@ def _rules(canary: float) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
+def procs() -> list[Proc]:
+    """The module's gateway processes (the last test kills one)."""
+    return []
+
+
+@pytest.fixture(scope="module")
 def fleet(
-    engines: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+    engines: dict[str, str], tmp_path_factory: pytest.TempPathFactory, procs: list[Proc]
 ) -> Iterator[tuple[list[str], list[str]]]:
     """(data URLs, admin URLs) of two replicas on one Redis prefix of the module's own."""
     prefix = f"gwtest:{uuid.uuid4().hex[:8]}:"
     canary, canary_url = start_engine("canary", "--model", "fake-canary")
     urls = {**engines, "canary": canary_url}
     tmp = tmp_path_factory.mktemp("rollout")
-    procs: list[Proc] = []
     try:
         for _ in "ab":
             procs.append(start_gateway(tmp, _rules(20), urls, tenancy_env(prefix))[0])
@@ -69,6 +74,9 @@ def fleet(
             await s.close()
 
         asyncio.run(clean())
+
+
+ROLLED = {"stable": 100.0, "next": 0.0}
 
 
 def _hi() -> list[dict[str, str]]:
@@ -187,3 +195,26 @@ def test_the_consoles_rules_page_shows_the_rollout(fleet: tuple[list[str], list[
     assert 'data-rule="default"' in section and 'class="pill decision' in section
     assert 'data-arm="stable"' in section and 'data-arm="next"' in section
     assert "next vs stable: 20 -&gt; 50 -&gt; 100 %" in section
+
+
+def test_when_the_judging_replica_dies_the_other_takes_over(
+    fleet: tuple[list[str], list[str]], procs: list[Proc]
+) -> None:
+    """The lease holder is killed (no goodbye): its lease expires (10 s), the survivor takes
+    it and rolls a failing canary back alone."""
+    urls, admins = fleet
+    holder = call(admins[0], "GET", "/admin/rollouts")[1]["lease"]["holder"]
+    dead = next(i for i, p in enumerate(procs) if f"/{p.p.pid}/" in holder)
+    procs[dead].p.kill()
+    procs[dead].p.wait()
+    alive = 1 - dead
+    key = new_tenant(admins[alive])[2]
+    start = _upload(admins[alive], 20)
+    t0 = time.monotonic()
+    n, took = _drive([urls[alive]] * 2, key, 0.4, lambda: _weights(admins[alive]) == ROLLED)
+    print(f"\nthe holder killed: rolled back by the other after {took:.1f} s ({n} requests)")
+    assert _weights(admins[alive]) == ROLLED and time.monotonic() - t0 < 30
+    out = call(admins[alive], "GET", "/admin/rollouts")[1]
+    assert out["lease"]["holder"] == out["lease"]["this_replica"] != holder
+    versions = call(admins[alive], "GET", "/admin/rules/versions")[1]
+    assert versions["data"][-1]["by"] == "analysis" and versions["data"][-1]["version"] > start

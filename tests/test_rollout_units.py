@@ -355,7 +355,15 @@ def test_counts_add_up_per_arm_from_the_step_on() -> None:
     t.add("default", "stable", now, _rec("stable", cache="hit/exact"))  # a hit: not the arm's
     fields = t.take()["default"]
     assert t.take() == {}
-    arms = arm_stats(fields, now)
+
+    def since(ms: int) -> dict[str, int]:  # as the store sums them
+        out: dict[str, int] = {}
+        for (bucket, name), n in fields.items():
+            if bucket >= ms:
+                out[name] = out.get(name, 0) + n
+        return out
+
+    arms = arm_stats(since(now))
     assert (arms["next"].requests, arms["next"].fallbacks, arms["next"].check_failures) == (2, 2, 1)
     assert (arms["stable"].requests, arms["stable"].fallbacks, arms["stable"].check_failures) == (
         1,
@@ -363,7 +371,7 @@ def test_counts_add_up_per_arm_from_the_step_on() -> None:
         1,
     )
     assert sum(arms["next"].latency) == 2
-    assert arm_stats(fields, old)["next"].requests == 3  # the older bucket, from an earlier step
+    assert arm_stats(since(old))["next"].requests == 3  # the older bucket, of an earlier step
 
 
 def test_validate_and_explain_show_the_split_and_its_analysis() -> None:
@@ -379,3 +387,13 @@ def test_validate_and_explain_show_the_split_and_its_analysis() -> None:
     assert line.endswith(
         f"; split stable highspeed x95, next standard x5; rollout judged: {s['analysis']}"
     )
+
+
+def test_a_tenants_rule_cannot_carry_an_analysis() -> None:
+    from pydantic import ValidationError
+
+    from gateway.tenancy.tenants import Policy
+
+    rule = yaml.safe_load(_rules())["default"]
+    with pytest.raises(ValidationError, match="a tenant's rule cannot carry an analysis"):
+        Policy.model_validate({"rules": [{**rule, "name": "mine"}]})

@@ -507,7 +507,13 @@ def test_fault_rates_are_replaced_while_it_runs() -> None:
         assert post(base, "/sim/faults", {"faults": {}})[0] == 200
         assert chat(base)[0]["x-sim-faults"] == "none"
         assert json.loads(get(base, "/sim/faults")[1]) == {"faults": {}}
-        for bad in ({"faults": {"nope": 1}}, {"faults": {"loop": 2}}, {"faults": []}, {}):
+        refused: list[dict[str, Any]] = [
+            {"faults": {"nope": 1}},
+            {"faults": {"loop": 2}},
+            {"faults": []},
+            {},
+        ]
+        for bad in refused:
             assert post(base, "/sim/faults", bad)[0] == 400, bad
 
 

@@ -25,6 +25,7 @@ from gateway.access.cache import KeyCache
 from gateway.access.guard import Access
 from gateway.errors import RateLimited, ServiceUnavailable, StoreUnavailable
 from gateway.store.base import Store, Usage, Used
+from gateway.store.demotions import Demotion
 from gateway.store.events import KeyChanged, Resync, RulesChanged, TenantChanged
 from gateway.store.health import StoreHealth
 from gateway.store.memory_store import MemoryStore
@@ -562,6 +563,12 @@ def test_every_store_keeps_the_same_contract(
             await store.put_reveal("old", b"x", 0.001)
             await asyncio.sleep(0.05)
             assert await store.take_reveal("old") is None
+            now = time.time()  # the quality circuit's records: one script on one slot
+            d = await store.demote(Demotion("default", "highspeed", "loops", now, now + 60))
+            assert await store.demote(Demotion("default", "highspeed", "later", now)) == d
+            assert await store.probed(d, True, 3) == "1"
+            assert await store.restore("default", "highspeed", d.version) == d
+            assert await store.demotions() == []
             assert not store.health.degraded
         finally:
             await events.aclose()

@@ -38,7 +38,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--loads", default=",".join(LOADS))
     ap.add_argument("--routers", default=",".join(ROUTERS))
     ap.add_argument("--engines", type=int, default=8)
-    ap.add_argument("--cache-tokens", type=int, default=32768, help="each engine's radix cache")
+    ap.add_argument("--cache-tokens", type=int, default=16384, help="each engine's radix cache")
     ap.add_argument("--max-running", type=int, default=4, help="each engine's batch slots")
     ap.add_argument("--time-scale", type=float, default=2.0, help="wall s per model s")
     ap.add_argument("--seconds", type=float, default=10.0, help="model s of session starts")

@@ -10,15 +10,20 @@ the threshold demotes the tier for every replica: it applies the demotion at onc
 writes it to the store (compare-and-set: one record however many replicas decide at
 once), which announces it; every replica applies the record it reads
 (:meth:`load`, on :class:`~gateway.store.events.DemotionChanged`). A tier that degrades
-wholesale (a bad deploy) fails on every replica alike, so the first replica to see
-``min_answers`` answers demotes it for all, at no cost to a healthy request path. Probes are
-counted the same way: the first replica whose latest ``restore_probes`` probes pass
-restores the tier for all (compare-and-set on the record's version, so a restore never ends
-a newer demotion or an operator's pin).
+wholesale (a bad deploy) fails on every replica alike, so the first replica to see it
+(``consecutive`` failures in a row, or ``demote_at`` of ``min_answers``) demotes it for all,
+at no cost to a healthy request path; the time that takes depends on each replica's rate,
+not on how many replicas there are.
 
-Without a store, or while it cannot be written, a demotion is this process's own (kept,
-and said, until the store takes a write again or it ends). A demotion ends by itself at
-its ``until`` (``max_demotion_s``); then the tier is judged afresh.
+**Probes are counted by the fleet.** They are rare (``probe_share`` of a demoted rule's
+requests), so each verdict is written to the store with the record (:meth:`_share_probe`),
+which answers the fleet's latest ones; the replica that sees them pass restores the tier for
+all (compare-and-set on the record's version, so a restore never ends a newer demotion or an
+operator's pin). The restore then takes as long at any number of replicas.
+
+Without a store, or while it cannot be written, a demotion and its probes are this
+process's own (kept, and said, until it ends). A demotion ends by itself at its ``until``
+(``max_demotion_s``); then the tier is judged afresh.
 """
 
 from __future__ import annotations

@@ -84,13 +84,12 @@ def bucket_of(now: float, width: float) -> int:
     return int(math.floor(now / width) * width * 1000)
 
 
-def arm_stats(fields: Mapping[Field, int], since_ms: int) -> dict[str, ArmStats]:
-    """Each arm's requests in the buckets that start at ``since_ms`` or later."""
+def arm_stats(sums: Mapping[str, int]) -> dict[str, ArmStats]:
+    """Each arm's requests from its counts summed over the step's buckets (name: ``<arm>|
+    <metric>``, :meth:`~gateway.store.base.RolloutStore.rollout_counts`)."""
     raw: dict[str, dict[str, int]] = {}
     lat: dict[str, list[int]] = {}
-    for (bucket, name), n in fields.items():
-        if bucket < since_ms:
-            continue
+    for name, n in sums.items():
         arm, _, metric = name.rpartition("|")
         if metric.startswith("l") and metric[1:].isdigit():
             i = min(BINS - 1, int(metric[1:]))

@@ -204,8 +204,7 @@ class Rollouts:
 
     async def stats(self, w: Watched, since: float) -> tuple[ArmStats, ArmStats]:
         assert self._store is not None
-        counts = await self._store.rollout_counts(w.rule, int(since * 1000))
-        arms = arm_stats(counts, int(since * 1000))
+        arms = arm_stats(await self._store.rollout_counts(w.rule, int(since * 1000)))
         a = w.analysis
         return arms.get(a.baseline, ArmStats()), arms.get(a.canary, ArmStats())
 

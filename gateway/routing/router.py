@@ -126,11 +126,9 @@ class Router:
         demoted: Demoted | None = None,
         priced: Collection[str] | None = None,
     ) -> RouteDecision:
-        """The route of ``c``, from everything that decides a tier, in one place: the rules,
-        the tenant's policy (``eff``), the tiers' health (``healthy``), their known context
-        windows (``windows``; default: the rules'), the quality circuit's demotions
-        (``demoted``) and, for a key with a USD budget, which tiers' answers can be priced
-        (``priced``; default: all)."""
+        """The route of ``c`` from everything that decides a tier: the rules, the policy, the
+        tiers' health, their context windows (default: the rules'), the quality circuit's
+        demotions and, for a USD budget, the tiers that can be priced (default: all)."""
         p = eff.policy
         # a policy is checked against the rules it was written under; a later rules version
         # may lack a tier or SLA class it names: that part of it is ignored, and said
@@ -146,11 +144,7 @@ class Router:
         first, arm = pick_arm(rule, name, c, eff) if rule.split else (rule.tier, None)
         chain = (first, *(t for t in rule.fallback if t != first))
         why = [f"tier={first}" + (f" arm={arm}" if arm is not None else "")]
-        hint, hint_by = c.tier_hint, c.hint_source
-        if p.forced_tier is not None and p.forced_tier not in self._rules.tiers:
-            lacking.append(f"forced_tier {p.forced_tier}")
-        elif p.forced_tier is not None:
-            hint, hint_by = p.forced_tier, f"forced_tier ({eff.who('forced_tier')})"
+        hint, hint_by = self._pin(c, eff, lacking)
         if hint is not None:
             chain = chain[chain.index(hint) :] if hint in chain else (hint, *chain)
             why = [f"tier={hint} pinned by {hint_by}"]
@@ -183,6 +177,18 @@ class Router:
             cache=rule.cache,
             demoted=out,
         )
+
+    def _pin(
+        self, c: Classification, eff: Effective, lacking: list[str]
+    ) -> tuple[str | None, str | None]:
+        """The tier the request is pinned to and by whom: the policy's ``forced_tier`` (one
+        the rules lack is ignored, said in ``lacking``), else the client's hint."""
+        forced = eff.policy.forced_tier
+        if forced is not None and forced not in self._rules.tiers:
+            lacking.append(f"forced_tier {forced}")
+        elif forced is not None:
+            return forced, f"forced_tier ({eff.who('forced_tier')})"
+        return c.tier_hint, c.hint_source
 
     def _undemoted(
         self,

@@ -184,8 +184,9 @@ class RolloutStore(Protocol):
     async def count_rollout(self, rule: str, counts: Mapping[tuple[int, str], int]) -> None:
         """Add ``counts`` (field ``(bucket start in ms, name)``: a number) to ``rule``'s."""
 
-    async def rollout_counts(self, rule: str, since_ms: int) -> dict[tuple[int, str], int]:
-        """``rule``'s counts in the buckets from ``since_ms`` on (the older ones are dropped)."""
+    async def rollout_counts(self, rule: str, since_ms: int) -> dict[str, int]:
+        """Each name's sum over ``rule``'s buckets from ``since_ms`` on (the older buckets are
+        dropped)."""
 
     async def put_rollout(self, rule: str, doc: dict[str, Any]) -> None: ...
     async def rollouts(self) -> dict[str, dict[str, Any]]: ...

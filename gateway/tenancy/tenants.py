@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gateway.rules.schema import Rule
 
@@ -71,6 +71,15 @@ class Policy(BaseModel):
     rules: tuple[Rule, ...] | None = Field(
         default=None, description="rules tried before the global ones (same schema)"
     )
+
+    @field_validator("rules")
+    @classmethod
+    def _not_analysed(cls, v: tuple[Rule, ...] | None) -> tuple[Rule, ...] | None:
+        if v and any(r.analysis is not None for r in v):
+            raise ValueError(
+                "a tenant's rule cannot carry an analysis: a rollout steps the rules' versions"
+            )
+        return v
 
     @property
     def has_budget(self) -> bool:

@@ -120,11 +120,10 @@ class RouteBook:
            conversation, its document; for a head whose units are each new, its system
            prompt), unless that replica carries over ``HOLD`` x ``(1 + slack)`` x the
            others' mean: moving costs a prefill of all it holds.
-        2. A head whose units come back: its unit's home (:meth:`order`), the first within
+        2. A head whose units come back: the prompt's home (:meth:`order`), the first within
            the bound; every gateway replica computes the same homes.
-        3. Otherwise nothing of it is known to be reusable: the less loaded of its head's
-           first ``CHOICES`` homes (the power of two choices), unless both are over the
-           bound.
+        3. Otherwise (nothing of it known to come back): the less loaded of its first
+           ``CHOICES`` homes (the power of two choices), unless both are over the bound.
         4. The least loaded."""
         self.heads.observe(key)
         live = [r for r in replicas if r.up] or replicas  # all down: try anyway
@@ -140,33 +139,34 @@ class RouteBook:
     def _held(
         self, live: list[Replica], key: PromptKey, units: bool, slack: float
     ) -> Replica | None:
-        """The replica holding the prompt's prefix, unless it carries more than ``HOLD`` x
-        ``(1 + slack)`` x what the others carry on average (plus one)."""
+        """The replica holding the prompt's prefix, unless it carries more than
+        ``(1 + slack)`` x what the others carry on average (plus one), ``HOLD`` times that
+        for a unit that comes back (moving it costs the prefill of all it holds)."""
         url = self.index.holder(key, units)
         if url is None:
             return None
         for r in live:
             if r.url == url:
                 others = (sum(o.load for o in live) - r.load) / (len(live) - 1)
-                return r if r.load + 1 <= HOLD * (1 + slack) * (others + 1) else None
+                hold = (HOLD if units else 1.0) * (1 + slack) * (others + 1)
+                return r if r.load + 1 <= hold else None
         return None
 
     def _placed(self, live: list[Replica], key: PromptKey, units: bool, bound: float) -> Replica:
-        order = self.order(live, key, units)
-        if not units:
+        order = self.order(live, key)
+        if not units:  # nothing known to come back: the less loaded of its first homes
             order = sorted(order[:CHOICES], key=lambda r: r.load) + order[CHOICES:]
         for r in order:
             if r.load + 1 <= bound:
                 return r
         return min(live, key=lambda r: r.load)
 
-    def order(self, live: list[Replica], key: PromptKey, units: bool) -> list[Replica]:
+    def order(self, live: list[Replica], key: PromptKey) -> list[Replica]:
         """The replicas by preference, the same in every gateway replica: rendezvous ranking
-        by the prompt's head; a head whose units come back has its units spread over the
-        first k of that ranking, k growing with the head's share of the traffic."""
+        by the prompt's head, its first k re-ranked by the prompt's unit, k growing with the
+        head's share of the traffic (one for most heads: a busy system prompt's
+        conversations, or a shared instruction's documents, are spread)."""
         ranked = sorted(live, key=lambda r: score(key.head, r.seed), reverse=True)
-        if not units:
-            return ranked
         k = min(len(ranked), math.ceil(self.heads.share(key.head) * len(ranked) * SPREAD))
         if k <= 1:
             return ranked

@@ -41,7 +41,9 @@ class Replica:
 
     @property
     def load(self) -> float:
-        return self.in_flight + self.queued
+        """Requests on it: ours in flight, or what the engine last said it runs and queues
+        (every gateway replica's, when several send to it), whichever is more."""
+        return max(self.in_flight, self.running + self.queued)
 
     def state(self) -> dict[str, object]:
         return {
