@@ -53,8 +53,9 @@ def _ask(base: str, key: str, text: str) -> tuple[str, str, str]:
 
 
 def _paid(route: str, fallback: str) -> bool:
-    """The request waited for the fast tier's bad answer (its check failed, then standard)."""
-    return fallback.startswith("highspeed:check_")
+    """The request waited for the fast tier's bad answer (its check failed, then standard)
+    though the tier was not yet demoted (a probe pays on purpose)."""
+    return fallback.startswith("highspeed:check_") and "probe highspeed" not in route
 
 
 def _demoted_metric(base: str) -> str | None:

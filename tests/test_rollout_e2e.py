@@ -77,6 +77,7 @@ def fleet(
 
 
 ROLLED = {"stable": 100.0, "next": 0.0}
+PROMOTED = {"stable": 0.0, "next": 100.0}
 
 
 def _hi() -> list[dict[str, str]]:
@@ -130,9 +131,9 @@ def test_a_canary_that_degrades_is_rolled_back(fleet: tuple[list[str], list[str]
     urls, admins = fleet
     key = new_tenant(admins[0])[2]
     start = _upload(admins[0], 20)
-    n, took = _drive(urls, key, 0.4, lambda: (_weights(admins[1]) or {}).get("next") == 0)
+    n, took = _drive(urls, key, 0.4, lambda: all(_weights(a) == ROLLED for a in admins))
     print(f"\nrolled back after {n} requests, {took:.1f} s")
-    assert _weights(admins[1]) == {"stable": 100.0, "next": 0.0}
+    assert _weights(admins[1]) == ROLLED  # the other replica's running rules
     st, versions, _ = call(admins[1], "GET", "/admin/rules/versions")
     last = versions["data"][-1]
     assert last["by"] == "analysis" and last["version"] > start and last["current"]
@@ -155,9 +156,9 @@ def test_a_canary_that_does_not_degrade_is_promoted(fleet: tuple[list[str], list
     urls, admins = fleet
     key = new_tenant(admins[0])[2]
     start = _upload(admins[0], 20)
-    n, took = _drive(urls, key, 0.0, lambda: (_weights(admins[0]) or {}).get("next") == 100)
+    n, took = _drive(urls, key, 0.0, lambda: all(_weights(a) == PROMOTED for a in admins))
     print(f"\npromoted 20 -> 50 -> 100 % after {n} requests, {took:.1f} s")
-    assert _weights(admins[1]) == {"stable": 0.0, "next": 100.0}
+    assert _weights(admins[1]) == PROMOTED
     st, versions, _ = call(admins[1], "GET", "/admin/rules/versions")
     steps = [v for v in versions["data"] if v["version"] > start]
     assert [v["by"] for v in steps] == ["analysis", "analysis"]  # 20 -> 50, 50 -> 100

@@ -141,16 +141,21 @@ class RouteBook:
     ) -> Replica | None:
         """The replica holding the prompt's prefix, unless it carries more than
         ``(1 + slack)`` x what the others carry on average (plus one), ``HOLD`` times that
-        for a unit that comes back (moving it costs the prefill of all it holds)."""
+        for a unit that comes back (moving it costs the prefill of all it holds). A later
+        turn this replica never routed is held by its home: where every replica sends its
+        conversation unless load moved it."""
         url = self.index.holder(key, units)
-        if url is None:
+        if url is None and not (units and key.continued):
             return None
+        held = self.order(live, key)[0] if url is None else None
         for r in live:
             if r.url == url:
-                others = (sum(o.load for o in live) - r.load) / (len(live) - 1)
-                hold = (HOLD if units else 1.0) * (1 + slack) * (others + 1)
-                return r if r.load + 1 <= hold else None
-        return None
+                held = r
+        if held is None:
+            return None
+        others = (sum(o.load for o in live) - held.load) / (len(live) - 1)
+        hold = (HOLD if units else 1.0) * (1 + slack) * (others + 1)
+        return held if held.load + 1 <= hold else None
 
     def _placed(self, live: list[Replica], key: PromptKey, units: bool, bound: float) -> Replica:
         order = self.order(live, key)
