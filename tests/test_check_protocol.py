@@ -106,7 +106,7 @@ async def test_a_tiers_default_max_tokens_is_a_limit_set() -> None:
 
     cut = Reply(chunks=events(["Tea ", "is "], finish="length"))
     handler = by_tier(highspeed=cut, standard=Reply(chunks=events(["Std."])))
-    rig = Rig(handler)  # type: ignore[arg-type]
+    rig = Rig(handler)
     fast = rig.rules.tiers["highspeed"].model_copy(update={"request_defaults": {"max_tokens": 2}})
     rig.rules = rig.rules.model_copy(update={"tiers": {**rig.rules.tiers, "highspeed": fast}})
     rig.transports = Transports(handler)

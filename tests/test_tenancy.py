@@ -512,6 +512,7 @@ def test_rules_upload_reaches_every_replica_and_rolls_back(
     }
     st, body, _ = call(admins[0], "PUT", "/admin/rules", raw=rules_yaml(aliases=aliases).encode())
     assert st == 200 and body["version"] > before["version"]
+
     def by_wildcard(replica: str) -> bool:  # "quick" taken by the rules' "*" alias
         st, _, headers = chat(replica, key, model="quick")
         return st == 200 and 'by alias "*"' in headers.get("x-gateway-route", "")

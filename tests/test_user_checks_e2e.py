@@ -203,7 +203,7 @@ def test_the_webhook_receives_the_documented_body(gw: str, hook: Hook) -> None:
 
 def test_a_failing_webhook_opens_its_circuit(gw: str, hook: Hook) -> None:
     for _ in range(6):
-        r, text = _ask(gw, "flaky", FAST_STD.format(fast="Fine words.", std="unused"))
+        _, text = _ask(gw, "flaky", FAST_STD.format(fast="Fine words.", std="unused"))
         assert text == "Fine words."  # on_error: pass
     assert hook.flaky_calls == 3  # then open: the rest cost nothing
     metrics = httpx.get(f"{gw}/metrics", timeout=5).text
