@@ -170,8 +170,8 @@ def test_two_replicas_on_one_redis_demote_and_restore_together(
     applied = time.monotonic() - t0
     (d,) = _demotions(b.admin)
     assert d["by"].startswith("circuit ") and d["shared"]
-    routes = [_ask(b_url, key, LOOP) for _ in range(10)]
-    assert sum("demoted highspeed: " in r and not fb for _, r, fb in routes) >= 4
+    routes = [_ask(b_url, key, LOOP) for _ in range(20)]  # 30 % probes
+    assert sum("demoted highspeed: " in r and not fb for _, r, fb in routes) >= 8
     print(f"\nreplica b applied a's demotion within {applied * 1000:.0f} ms")
     # replica b's probes pass: both carry the fast tier's traffic again
     _until_restored(b_url, key, most=60)

@@ -40,6 +40,9 @@ def _rules(canary: float) -> dict[str, Any]:
         "steps": [20, 50, 100],
         "interval": 0.5,
         "min_samples": 20,
+        # the fake engines answer in about a millisecond on a busy 2-core machine: a
+        # latency ratio there is noise (the latency test has its own unit tests)
+        "max_p99_ratio": 3.0,
     }
     return data
 
@@ -158,7 +161,7 @@ def test_a_canary_that_does_not_degrade_is_promoted(fleet: tuple[list[str], list
     start = _upload(admins[0], 20)
     n, took = _drive(urls, key, 0.0, lambda: all(_weights(a) == PROMOTED for a in admins))
     print(f"\npromoted 20 -> 50 -> 100 % after {n} requests, {took:.1f} s")
-    assert _weights(admins[1]) == PROMOTED
+    assert _weights(admins[1]) == PROMOTED, call(admins[0], "GET", "/admin/rollouts")[1]
     st, versions, _ = call(admins[1], "GET", "/admin/rules/versions")
     steps = [v for v in versions["data"] if v["version"] > start]
     assert [v["by"] for v in steps] == ["analysis", "analysis"]  # 20 -> 50, 50 -> 100

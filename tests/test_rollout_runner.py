@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gateway.errors import StoreUnavailable
 from gateway.rollout.runner import BY, Rollouts, weights_in
 from gateway.rollout.view import rollouts_view
 from gateway.rules.control import RulesControl
@@ -219,3 +220,32 @@ async def _only_the_lease_holder_steps_and_counts_are_the_fleets(tmp_path: Path)
     await a.rollouts.close()  # a leaves: b takes over on its next tick
     await b.rollouts.tick(b.control)
     assert b.rollouts.holder
+
+
+class _Flaky(MemoryStore):
+    """A store whose next count writes fail (a store that is down)."""
+
+    down = 0
+
+    async def count_rollout(self, rule: str, counts: Any) -> None:
+        if self.down:
+            self.down -= 1
+            raise StoreUnavailable("down")
+        await super().count_rollout(rule, counts)
+
+
+def test_counts_the_store_did_not_take_are_written_later(tmp_path: Path) -> None:
+    async def run() -> None:
+        store, now = _Flaky(), [float(int(time.time()))]
+        f = Fleet(store, tmp_path, "p1", now)
+        await f.control.start()
+        f.serve("next", 5, failing=0.4)
+        store.down = 1
+        with pytest.raises(StoreUnavailable):
+            await f.rollouts.flush()
+        f.serve("next", 3)
+        await f.rollouts.flush()
+        sums = await store.rollout_counts("default", 0)
+        assert (sums["next|n"], sums["next|fb"]) == (8, 2)
+
+    asyncio.run(run())

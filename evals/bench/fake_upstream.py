@@ -271,10 +271,17 @@ class UpstreamProtocol(asyncio.Protocol):
             self._process()
 
 
-async def serve(host: str, port: int, cfg: Config, max_seconds: float) -> None:
+async def serve(
+    host: str, port: int, cfg: Config, max_seconds: float, reuse_port: bool = False
+) -> None:
     loop = asyncio.get_running_loop()
     srv = await loop.create_server(
-        lambda: UpstreamProtocol(cfg), host, port, backlog=4096, reuse_address=True
+        lambda: UpstreamProtocol(cfg),
+        host,
+        port,
+        backlog=4096,
+        reuse_address=True,
+        reuse_port=reuse_port or None,
     )
     print(
         f"fake upstream http://{host}:{port} chunks={cfg.chunks} "
@@ -292,11 +299,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--chunks", type=int, default=50, help="content chunks per stream")
     ap.add_argument("--chunk-delay-ms", type=float, default=0.0)
     ap.add_argument("--max-seconds", type=float, default=3600.0, help="exit after this long")
+    ap.add_argument("--reuse-port", action="store_true", help="share the port with others")
     a = ap.parse_args(argv)
     require_loopback(a.host)
     cfg = Config(a.chunks, a.chunk_delay_ms / 1000.0)
     with contextlib.suppress(KeyboardInterrupt):
-        run(serve(a.host, a.port, cfg, a.max_seconds))
+        run(serve(a.host, a.port, cfg, a.max_seconds, a.reuse_port))
 
 
 if __name__ == "__main__":

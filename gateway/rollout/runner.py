@@ -163,12 +163,16 @@ class Rollouts:
             await self._judge(w, records.get(w.rule), control)
 
     async def flush(self) -> None:
+        """Add this process's counts to the store's; those it does not take are kept for
+        the next tick."""
         assert self._store is not None
-        for rule, counts in self._tally.take().items():
+        pending = list(self._tally.take().items())
+        for i, (rule, counts) in enumerate(pending):
             try:
                 await self._store.count_rollout(rule, counts)
             except StoreUnavailable:
-                self._tally.put_back(rule, counts)
+                for later, left in pending[i:]:
+                    self._tally.put_back(later, left)
                 raise
 
     async def _let_go(self) -> None:
@@ -182,6 +186,7 @@ class Rollouts:
             return
         with contextlib.suppress(StoreUnavailable):
             await self.flush()
+        with contextlib.suppress(StoreUnavailable):
             await self._let_go()
 
     # -- judging ------------------------------------------------------------------------------
