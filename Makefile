@@ -94,7 +94,7 @@ $(SGLANG_STAMP):
 	$(SGLANG_VENV)/bin/pip install -q --upgrade pip
 	$(SGLANG_VENV)/bin/pip install -q torch==2.13.0
 	$(SGLANG_VENV)/bin/pip install -q --no-deps sglang==0.5.23
-	$(SGLANG_VENV)/bin/pip install -q numpy orjson psutil pybase64 requests packaging pillow \
+	$(SGLANG_VENV)/bin/pip install -q --no-warn-conflicts numpy orjson psutil pybase64 requests packaging pillow \
 	  starlette msgspec pydantic pyzmq tqdm ipython aiohttp triton pyyaml pytest
 	touch $(SGLANG_STAMP)
 

@@ -72,6 +72,7 @@ def _rules(out: Path) -> Path:
         tier["timeouts"] = {"connect": 1.0, "ttft": 1.5, "total": 20.0, "stall": 1.5}
         tier["circuit"] = {"failures": 100000, "cooldown": 1.0}  # every request meets its fault
         tier["health"] = {"enabled": False}
+    data["quality"] = {"enabled": False}  # every request meets its fault: no tier demoted
     path = out / "rules.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
