@@ -102,7 +102,7 @@ class HeadStats:
     def units_return(self, head: int) -> bool:
         """Whether this head's units come back: most of its requests repeat a unit."""
         counts = self._heads.get(head)
-        return bool(counts) and counts[0] >= MIN_REQUESTS and counts[1] >= REUSED * counts[0]
+        return counts is not None and counts[0] >= MIN_REQUESTS and counts[1] >= REUSED * counts[0]
 
 
 class RouteBook:
