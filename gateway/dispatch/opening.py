@@ -26,6 +26,7 @@ from gateway.upstream.failures import (
     AnswerTimeout,
     AttemptFailed,
     BadBody,
+    CheckFailed,
     EmptyStream,
     FirstTokenTimeout,
     QueueTimeout,
@@ -121,6 +122,8 @@ class StreamOpener:
             s.held_whole = how.hold_tokens >= WHOLE
             if bad is None and how.hold_tokens:
                 bad = await self._hold_back(call, s, how, cfg.hold_back_ms)
+            if bad is None and how.stream:
+                bad = await _past_guards(call, s)
             if bad is not None:
                 if not how.deliver:
                     raise check_failed(bad, s.state.text())
@@ -177,6 +180,23 @@ class StreamOpener:
             out = Output(state.text(), None, [])
             bad = await self._verdicts.whole(call, out, how.until, remote, partial=True)
         return bad
+
+
+async def _past_guards(call: Call, s: StreamStart) -> CheckResult | None:
+    """The first events go out as they are: read on while a check's guard holds their tail
+    (the beginning of a forbidden phrase), so nothing sent first is part of a failure."""
+    guards = call.guards()
+    state = s.state
+    while guards is not None and guards.update(state) and not state.done:
+        name = guards.confirmed(state)
+        if name is not None:
+            held = "the text it held confirmed a failure"
+            raise CheckFailed(held, name, guards.start, state.text())
+        await pull(s)
+        bad = s.live.maybe_run(state)
+        if bad is not None:
+            return bad
+    return None
 
 
 def _start(call: Call, pool: Pool, rep: Replica, how: Opening) -> StreamStart:
