@@ -59,14 +59,25 @@ def test_every_gateway_replica_puts_a_new_prompt_on_the_same_home() -> None:
 
 def test_a_conversation_follows_its_history_after_load_moved_it() -> None:
     book, reps = RouteBook(), _replicas(4)
-    key = chat_key(_chat("my order 17 is late", 0))
-    home = book.choose(reps, key, 1.0)
-    home.in_flight = 20  # far over its share: even a prefix it holds goes elsewhere
-    moved = book.choose(reps, key, 1.0)
+    home = book.choose(reps, chat_key(_chat("my order 17 is late", 1)), 1.0)
+    home.in_flight = 20  # far over its share: even a conversation it holds goes elsewhere
+    moved = book.choose(reps, chat_key(_chat("my order 17 is late", 2)), 1.0)
     assert moved is not home
     home.in_flight = 0
-    assert book.choose(reps, chat_key(_chat("my order 17 is late", 1)), 1.0) is moved
-    assert book.choose(reps, chat_key(_chat("my order 17 is late", 2)), 1.0) is moved
+    for t in (3, 4):  # its later turns follow the history, cached where it went
+        assert book.choose(reps, chat_key(_chat("my order 17 is late", t)), 1.0) is moved
+    # a gateway replica that never routed it sends it home: where every replica sends it
+    assert RouteBook().choose(reps, chat_key(_chat("my order 17 is late", 4)), 1.0) is home
+
+
+def test_a_later_turn_goes_home_when_others_routed_the_turns_between() -> None:
+    book, reps = RouteBook(), _replicas(8)
+    first = book.choose(reps, chat_key(_chat("where is my refund", 1)), 1.0)
+    first.in_flight = 40  # turn 2 leaves home here; the next turns are routed elsewhere
+    assert book.choose(reps, chat_key(_chat("where is my refund", 2)), 1.0) is not first
+    first.in_flight = 0
+    # turn 5: this replica last saw turn 2, older than the previous turn: home
+    assert book.choose(reps, chat_key(_chat("where is my refund", 5)), 1.0) is first
 
 
 def test_conversations_on_one_system_prompt_spread_once_they_come_back() -> None:
@@ -74,10 +85,23 @@ def test_conversations_on_one_system_prompt_spread_once_they_come_back() -> None
     where: Counter[str] = Counter()
     for c in range(200):  # every chat: three turns
         first = book.choose(reps, chat_key(_chat(f"question {c}", 0)), 1.0)
-        for t in (1, 2):
-            assert book.choose(reps, chat_key(_chat(f"question {c}", t)), 1.0) is first
-        where[first.url] += 1
+        later = [book.choose(reps, chat_key(_chat(f"question {c}", t)), 1.0) for t in (1, 2)]
+        assert later[0] is later[1]
+        if c >= 4:  # the system prompt's chats are known to come back: turn 0 at home too
+            assert first is later[0]
+        where[later[0].url] += 1
     assert len(where) == 8  # not every chat on the system prompt's home
+
+
+def test_a_document_is_routed_by_itself_at_once() -> None:
+    book, reps = RouteBook(), _replicas(8)
+    docs = [("user", f"Document {d}: " + f"text of document {d} " * 400) for d in range(6)]
+    homes = {book.choose(reps, chat_key([("system", "Answer from it."), d]), 1.0).url for d in docs}
+    assert len(homes) > 1  # one shared instruction, yet the documents are not all on one
+    again = [book.choose(reps, chat_key([("system", "Answer from it."), d]), 1.0) for d in docs]
+    assert again == [
+        book.choose(reps, chat_key([("system", "Answer from it."), d]), 1.0) for d in docs
+    ]
 
 
 def test_a_bare_hash_still_chooses() -> None:

@@ -20,8 +20,9 @@ Run::
 
 It answers like one SGLang replica under load: ``POST /v1/chat/completions`` and
 ``POST /v1/completions`` (JSON or SSE with ``stream: true``), ``GET /v1/models``,
-``GET /health``, ``GET /get_server_info``, ``GET /get_model_info`` and ``GET /metrics``
-(Prometheus text, SGLang's metric names, label ``model_name``).
+``GET /health``, ``GET /get_server_info``, ``GET /get_model_info``, ``GET /metrics``
+(Prometheus text, SGLang's metric names, label ``model_name``) and ``/flush_cache`` (empties
+the radix cache while nothing runs, as SGLang's does; a 400 otherwise).
 
 **Latency.** :mod:`engines.sim_model` holds the model and its sources: continuous batching
 with ``max_running_requests`` slots and a FIFO queue, TTFT = queue + prefill of the

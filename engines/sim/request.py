@@ -131,6 +131,8 @@ def _digest(body: Json, chat: bool) -> str:
             "continue_final_message")  # fmt: skip
     canon = {k: body.get(k) for k in keys}
     canon["continue_final_message"] = body.get("continue_final_message") or None  # false: unset
+    canon["ignore_eos"] = body.get("ignore_eos") or None  # false is the default (a router's
+    # re-serialised body says so): the same request, the same text
     canon["chat"] = chat
     raw = orjson.dumps(canon, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
     return hashlib.sha256(raw).hexdigest()

@@ -69,6 +69,8 @@ def cell(
         "client_ttft_p99_ms": _p(client_ttft, 99),
         "e2e_p99_ms": _p([r.e2e_ms for r in ok], 99),
         "tokens_per_s": sum(_delta(before, after, "generation_tokens")) / (wall_s / time_scale),
+        "answer_tokens_mean": sum(_delta(before, after, "generation_tokens")) / max(1, len(ok)),
+        "prefill_tokens_mean": (prompt - cached) / max(1, len(ok)),
         "requests_per_engine": [int(x) for x in requests],
         "imbalance_requests": _imbalance(requests) if len(requests) > 1 else None,
         "imbalance_prefill": _imbalance(prefilled) if len(prefilled) > 1 else None,

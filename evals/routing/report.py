@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from evals.report import fmt_num, md_table, pyplot, save_figure
+from evals.routing import cost
 from evals.routing.workloads import ANSWER_TOKENS, LOADS, RATES, WORKLOADS
 
 
@@ -34,7 +35,13 @@ def _setup(s: dict[str, Any]) -> str:
         f"{ANSWER_TOKENS} tokens, streamed. Caches are flushed "
         f"and every router started fresh before each cell; the routers take turns on the same "
         f"sessions. Run started {s['started']}, {s['minutes']} min, Python {s['python']}.\n\n"
-        f"    {s['command']}"
+        f"    {s['command']}\n\n"
+        "Engine TTFT is the simulator's own figure in model ms (queue, prefill lane, prefill of "
+        "the uncached prompt); client TTFT and end-to-end are wall ms at the client, so about "
+        f"{s['time_scale']:g}x the model figures plus what the router adds. Imbalance: the "
+        "busiest engine over the mean, in requests and in prefilled tokens. Router CPU: its "
+        "processes' user + system time over the cell (health probes and metric scrapes "
+        "included) per request."
     )
 
 
@@ -53,6 +60,11 @@ def _summary(cells: list[dict[str, Any]], routers: list[str]) -> str:
     return md_table(["workload, load", *routers], rows)
 
 
+def _client(c: dict[str, Any], text: str) -> str:
+    """A client-side figure; none for the oracle, whose engine's clock runs faster."""
+    return "-" if c["router"] == "oracle" else text
+
+
 def _cell_table(cells: list[dict[str, Any]]) -> str:
     head = [
         "router", "requests (failed)", "hit rate", "engine TTFT p50 / p99 ms",
@@ -65,8 +77,8 @@ def _cell_table(cells: list[dict[str, Any]]) -> str:
             f"{c['requests']} ({c['failed']})",
             _pct(c["hit_rate"]),
             f"{_ms(c['engine_ttft_p50_ms'])} / {_ms(c['engine_ttft_p99_ms'])}",
-            f"{_ms(c['client_ttft_p50_ms'])} / {_ms(c['client_ttft_p99_ms'])}",
-            _ms(c["e2e_p99_ms"]),
+            _client(c, f"{_ms(c['client_ttft_p50_ms'])} / {_ms(c['client_ttft_p99_ms'])}"),
+            _client(c, _ms(c["e2e_p99_ms"])),
             fmt_num(c["tokens_per_s"]),
             f"{_x(c['imbalance_requests'])} / {_x(c['imbalance_prefill'])}",
             _ms(c["router_cpu_us"]),
@@ -93,6 +105,27 @@ def _bars(bars: list[dict[str, Any]]) -> str:
     return f"{met} of {len(bars)} met.\n\n" + md_table(["bar", "gateway", "reference", ""], rows)
 
 
+def _cost(cells: list[dict[str, Any]]) -> str:
+    rows = [
+        [
+            r["workload"],
+            fmt_num(r["answer_tokens"]),
+            fmt_num(r["prefill_tokens"]),
+            fmt_num(r["engine_rps"]),
+            fmt_num(r["gateway_us"]),
+            fmt_num(r["cores_measured"]),
+            fmt_num(r["cores_proxy"]),
+        ]
+        for r in cost.rows(cells)
+    ]
+    head = [
+        "workload (near capacity, gateway-1)", "answer tokens", "uncached prompt tokens",
+        "one engine's req/s at full load", "gateway CPU us/req (here)",
+        f"gateway cores per {cost.FLEET} engines (here)", "(at the proxy figure)",
+    ]  # fmt: skip
+    return (cost.__doc__ or "").split("\n\n")[1].replace("\n", " ") + "\n\n" + md_table(head, rows)
+
+
 def markdown(result: dict[str, Any], png: Path | None) -> str:
     s, cells = result["setup"], result["cells"]
     parts = [
@@ -108,7 +141,12 @@ def markdown(result: dict[str, Any], png: Path | None) -> str:
             got = [c for c in cells if c["workload"] == w and c["load"] == load]
             if got:
                 parts += [f"## {w}, {load}: {WORKLOADS[w].what}", _cell_table(got)]
-    parts += ["## Bars", _bars(result["bars"])]
+    parts += [
+        "## Bars",
+        _bars(result["bars"]),
+        "## The gateway's cost at fleet scale",
+        _cost(cells),
+    ]
     return "\n\n".join(parts) + "\n"
 
 
@@ -137,3 +175,53 @@ def plot(cells: list[dict[str, Any]], path: Path) -> Path | None:
     axes[0].legend(ncol=4, fontsize=8)
     save_figure(fig, path)
     return path
+
+
+MAIN_ROUTERS = ("gateway-1", "gateway-4", "smg-cache_aware", "smg-cache_aware-tuned", "oracle")
+
+
+def runs_table(runs: list[dict[str, Any]]) -> str:
+    """Hit rate and engine / client TTFT p99 per workload, load and router, run after run
+    (``a / b``): the summary a report of several runs opens with."""
+
+    def fig(cells: list[dict[str, Any]], w: str, load: str, r: str, key: str) -> str:
+        got = [c for c in cells if (c["workload"], c["load"], c["router"]) == (w, load, r)]
+        if not got or got[0].get(key) is None or (r == "oracle" and key.startswith("client")):
+            return "-"  # the oracle's clock runs faster than the wall's: no client figures
+        return _pct(got[0][key]) if key == "hit_rate" else fmt_num(got[0][key])
+
+    rows = []
+    for w in WORKLOADS:
+        for load in LOADS:
+            row = [f"{w} {load}"]
+            for r in MAIN_ROUTERS:
+                parts = []
+                for key in ("hit_rate", "engine_ttft_p99_ms", "client_ttft_p99_ms"):
+                    parts.append(" / ".join(fig(run["cells"], w, load, r, key) for run in runs))
+                row.append("<br>".join(parts))
+            if any(p != "-" for p in row[1:]):
+                rows.append(row)
+    return md_table(["workload, load", *MAIN_ROUTERS], rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m evals.routing.report [--render] DIR [DIR ...]``: the runs' summary table,
+    or (``--render``) each run's report and plot written again from its ``results.json``."""
+    import json
+    import sys
+
+    args = list(argv if argv is not None else sys.argv[1:])
+    render = "--render" in args
+    dirs = [Path(d) for d in args if d != "--render"]
+    runs = [json.loads((d / "results.json").read_text()) for d in dirs]
+    if not render:
+        print(runs_table(runs))
+    for d, run in zip(dirs, runs, strict=True):
+        if render:
+            png = plot(run["cells"], d / "routing.png")
+            (d / "report.md").write_text(markdown(run, png))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -8,11 +8,12 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from gateway.request.prefix import PromptKey
 from gateway.rules.schema import Tier
 from gateway.upstream.pools import Pool
-from gateway.upstream.replicas import Replica
+from gateway.upstream.replicas import Replica, choose
 
-Choose = Callable[[Pool, int, "Gw"], Replica]
+Choose = Callable[[Pool, PromptKey, "Gw"], Replica]
 
 
 @dataclass
@@ -23,24 +24,30 @@ class Gw:
     rr: itertools.count[int] = field(default_factory=itertools.count)
 
 
-def _rr(pool: Pool, affinity: int, gw: Gw) -> Replica:
+def _rr(pool: Pool, key: PromptKey, gw: Gw) -> Replica:
     return pool.replicas[next(gw.rr) % len(pool.replicas)]
 
 
-def _least(pool: Pool, affinity: int, gw: Gw) -> Replica:
+def _least(pool: Pool, key: PromptKey, gw: Gw) -> Replica:
     return min(pool.replicas, key=lambda r: r.in_flight)
 
 
-def _modulo(pool: Pool, affinity: int, gw: Gw) -> Replica:
-    """The scheme this branch replaced: hash mod n, kept unless 25% (and 2) over the least."""
+def _modulo(pool: Pool, key: PromptKey, gw: Gw) -> Replica:
+    """Hash of the prompt's head mod n, kept unless 25% (and 2) over the least."""
     live = pool.replicas
-    preferred = live[affinity % len(live)]
+    preferred = live[key.head % len(live)]
     least = min(live, key=lambda r: r.load)
     return preferred if preferred.load <= least.load * 1.25 + 2 else least
 
 
-def _rendezvous(pool: Pool, affinity: int, gw: Gw) -> Replica:
-    return pool.choose(affinity)
+def _rendezvous(pool: Pool, key: PromptKey, gw: Gw) -> Replica:
+    """Rendezvous hashing of the prompt's head with bounded load, nothing remembered."""
+    return choose(pool.replicas, key.head, pool.tier.affinity_slack)
+
+
+def _prefix(pool: Pool, key: PromptKey, gw: Gw) -> Replica:
+    """The gateway's choice: where the prompt's prefix went, else its home (affinity.py)."""
+    return pool.choose(key)
 
 
 CHOOSERS: dict[str, Choose] = {
@@ -48,12 +55,13 @@ CHOOSERS: dict[str, Choose] = {
     "least-load": _least,
     "modulo": _modulo,
     "rendezvous": _rendezvous,
+    "prefix": _prefix,
 }
 
 
 def moved(name: str, n: int) -> float | None:
     """Share of 20,000 prefixes whose engine changes when engine 3 of ``n`` leaves."""
-    if name not in ("modulo", "rendezvous"):
+    if name not in ("modulo", "rendezvous", "prefix"):
         return None
     urls = tuple(f"http://engine-{i}:30000" for i in range(n))
     full = Pool.create("x", Tier(endpoints=urls, model="m"))
@@ -61,5 +69,9 @@ def moved(name: str, n: int) -> float | None:
     less.replicas = [r for r in less.replicas if not r.url.startswith("http://engine-3:")]
     gw = Gw(full)
     keys = range(0, 20_000 * 7919, 7919)
-    changed = sum(CHOOSERS[name](full, k, gw).url != CHOOSERS[name](less, k, gw).url for k in keys)
+    chooser = CHOOSERS[name]
+    changed = sum(
+        chooser(full, PromptKey.of_hash(k), gw).url != chooser(less, PromptKey.of_hash(k), gw).url
+        for k in keys
+    )
     return changed / len(keys)

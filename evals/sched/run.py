@@ -12,8 +12,10 @@ system prompt and for its own earlier turns). The engine replica is picked by:
 * ``least-load``: each gateway replica's own in-flight counts;
 * ``modulo``: the previous scheme, prefix hash mod n with bounded load (the same engine on
   every gateway replica while the set is stable; most prefixes move when it changes);
-* ``rendezvous``: the gateway's ``Pool.choose`` (rendezvous hashing, bounded load at the
-  default ``affinity_slack`` 1.0; ``rendezvous@0.25``: at slack 0.25);
+* ``rendezvous``: rendezvous hashing of the prompt's head, bounded load at the default
+  ``affinity_slack`` 1.0 (``rendezvous@0.25``: at slack 0.25), nothing remembered;
+* ``prefix``: the gateway's ``Pool.choose`` (where the prompt's prefix went, else its home:
+  ``gateway/upstream/affinity.py``; ``python -m evals routing`` measures it on a fleet);
 * ``smg``: no choice in the gateway: each gateway replica's pool has one endpoint, an SGLang
   Model Gateway (``sglang-router`` from PyPI, its own process, ``--policy cache_aware``)
   shared by both gateway replicas, over the same engines; ``smg@round_robin`` etc. pick
@@ -40,7 +42,7 @@ from evals.report import ROOT, md_table, shown_path
 from evals.sched.affinity import measure
 from evals.sched.fairness import FAIR, fair_table, fairness
 
-POLICIES = ("round-robin", "least-load", "modulo", "rendezvous@0.25", "rendezvous", "smg")
+POLICIES = ("round-robin", "least-load", "modulo", "rendezvous@0.25", "rendezvous", "prefix", "smg")
 
 
 def _report(rows: list[dict[str, Any]], a: argparse.Namespace, out: Path) -> str:

@@ -37,6 +37,7 @@ class PromptKey:
     lead: int = 0  # bytes of the rendered prompt before its first user message
     chain: tuple[int, ...] = ()
     continued: bool = False  # the history holds an answer: a later turn of a conversation
+    prior: int = 0  # bytes before the last answer: the previous turn's whole prompt
 
     @classmethod
     def of_hash(cls, h: int) -> PromptKey:
@@ -49,14 +50,14 @@ def chat_key(messages: list[tuple[str, str]]) -> PromptKey:
     if not messages:
         return PromptKey(0, 0)
     head = _crc(messages[0][1][:HEAD_CHARS])
-    parts, lead, unit_end, continued = [], -1, -1, False
+    parts, lead, unit_end, prior = [], -1, -1, 0
     size = 0
     for role, text in messages:
         if role == "user" and lead < 0:
             lead = size
             unit_end = size + len(f"{role}\x1f{text[:UNIT_CHARS]}".encode("utf-8", "surrogatepass"))
         elif role == "assistant":
-            continued = True
+            prior = size
         part = f"{role}\x1f{text}\x1e".encode("utf-8", "surrogatepass")
         parts.append(part)
         size += len(part)
@@ -65,7 +66,8 @@ def chat_key(messages: list[tuple[str, str]]) -> PromptKey:
     data = b"".join(parts)
     if unit_end < 0:  # no user message: the unit is the first block
         lead, unit_end = 0, min(len(data), BLOCK)
-    return PromptKey(head, zlib.crc32(data[:unit_end]), lead, _chain(data), continued)
+    unit = zlib.crc32(data[:unit_end])
+    return PromptKey(head, unit, lead, _chain(data), prior > 0, prior)
 
 
 def text_key(text: str) -> PromptKey:

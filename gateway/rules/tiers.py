@@ -162,8 +162,10 @@ class Tier(Strict):
     affinity_slack: float = Field(
         default=1.0,
         ge=0,
-        description="bounded-load affinity: a prompt prefix keeps its replica unless that one "
-        "carries more than (1 + this) x the mean load (`python -m evals sched` measures it)",
+        description="bounded-load affinity: a new prompt goes to its home replica unless that "
+        "one carries more than (1 + this) x the mean load; a replica holding a prompt's "
+        "prefix keeps it up to 2 x (1 + its KiB / 16) times that over the others' mean "
+        "(`python -m evals routing` measures it)",
     )
     keepalive: float = Field(
         default=4.0,

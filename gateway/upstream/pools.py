@@ -159,8 +159,7 @@ class Pool:
             with contextlib.suppress(OSError, TimeoutError, AttemptFailed):
                 status, text = await self.transport.get(rep.url + h.metrics_path, h.timeout)
                 if status == 200:
-                    for key, value in parse_metrics(text).items():
-                        setattr(rep, key, value)
+                    rep.observe(parse_metrics(text))
                     # the engines' own queue refines the gate's capacity (see Gate)
                     self.gate.engine_backlog = any(r.queued > 0 for r in self.replicas)
 

@@ -35,15 +35,22 @@ class Replica:
     cache_hit_rate: float | None = None
     last_probe: float | None = None  # monotonic time of the last probe answer
     seed: int = 0  # its rendezvous-hash seed, from its URL
+    others: float = 0.0  # requests in the engine not ours, at its last scrape
 
     def __post_init__(self) -> None:
         self.seed = _mix(zlib.crc32(self.url.encode()))
 
     @property
     def load(self) -> float:
-        """Requests on it: ours in flight, or what the engine last said it runs and queues
-        (every gateway replica's, when several send to it), whichever is more."""
-        return max(self.in_flight, self.running + self.queued)
+        """Requests on it: ours in flight now, and the others' (other gateway replicas',
+        other clients') as the engine's last scrape counted them."""
+        return self.in_flight + self.others
+
+    def observe(self, figures: dict[str, float]) -> None:
+        """What a scrape of its ``/metrics`` said (:func:`parse_metrics`)."""
+        for key, value in figures.items():
+            setattr(self, key, value)
+        self.others = max(0.0, self.running + self.queued - self.in_flight)
 
     def state(self) -> dict[str, object]:
         return {
@@ -96,7 +103,7 @@ def choose(replicas: list[Replica], affinity: int, slack: float) -> Replica:
     if len(replicas) == 1:
         return replicas[0]
     live = [r for r in replicas if r.up] or replicas  # all down: try anyway, a probe may lag
-    loads = [r.in_flight + r.queued for r in live]
+    loads = [r.load for r in live]
     bound = math.ceil((1 + slack) * (sum(loads) + 1) / len(live))
     best, best_score = None, -1
     for r, load in zip(live, loads, strict=True):
