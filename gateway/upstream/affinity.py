@@ -40,6 +40,7 @@ UNIT_BLOCKS = 2  # own text past the lead this long (blocks): routed by its unit
 BIG_LEAD = 8 * BLOCK  # a lead this long is spread over its share of replicas, not all
 PRIOR = 32.0  # requests' worth of an equal share that a head's share starts from
 HYSTERESIS = 0.75  # replicas a head's share must move before its spread changes
+HEAD_HOLDERS = 8  # replicas remembered per head routed by itself
 
 
 class PrefixIndex:
@@ -48,16 +49,13 @@ class PrefixIndex:
     def __init__(self, capacity: int = INDEX_ENTRIES):
         self.capacity = capacity
         self._where: OrderedDict[int, str] = OrderedDict()
+        self._heads: OrderedDict[int, tuple[str, ...]] = OrderedDict()
 
-    def holder(self, key: PromptKey, units: bool) -> tuple[str, int] | None:
+    def holder(self, key: PromptKey) -> tuple[str, int] | None:
         """Where this replica sent the deepest prefix of this prompt past its lead (the
         conversation's or document's own text), else its unit, with that prefix's length
-        in blocks (a unit: the lead's); with ``units`` false (a head whose units are each
-        new), where it sent the head."""
+        in blocks (a unit: the lead's)."""
         where = self._where
-        if not units:
-            url = where.get(key.head)
-            return None if url is None else (url, 0)
         for i in range(len(key.chain) - 1, -1, -1):
             if (i + 1) * BLOCK <= key.lead:
                 break
@@ -67,12 +65,22 @@ class PrefixIndex:
         url = where.get(key.unit)
         return None if url is None else (url, key.lead // BLOCK)
 
+    def head_holders(self, head: int) -> tuple[str, ...]:
+        """The replicas this replica sent a head to (a head whose units are each new: a
+        tenant's system prompt), most recent first."""
+        return self._heads.get(head, ())
+
     def record(self, key: PromptKey, url: str, units: bool) -> None:
         """Remember where the prompt went: its own prefixes and unit when it was routed by
-        its unit, else its head."""
+        its unit, else its head (one of up to ``HEAD_HOLDERS`` replicas holding it)."""
+        if not units:
+            held = self._heads.pop(key.head, ())
+            self._heads[key.head] = (url, *(u for u in held if u != url))[:HEAD_HOLDERS]
+            if len(self._heads) > self.capacity:
+                self._heads.popitem(last=False)
+            return
         where = self._where
-        first = key.lead // BLOCK  # blocks within the lead are shared: never looked up
-        for h in (*key.chain[first:], key.unit) if units else (key.head,):
+        for h in (*key.chain[key.lead // BLOCK :], key.unit):  # the lead's blocks: shared
             where[h] = url
             where.move_to_end(h)
         while len(where) > self.capacity:
@@ -173,7 +181,9 @@ class RouteBook:
     def _held(
         self, live: list[Replica], key: PromptKey, units: bool, slack: float
     ) -> Replica | None:
-        found = self.index.holder(key, units)
+        if not units:
+            return self._head_held(live, key, slack)
+        found = self.index.holder(key)
         if found is not None and key.continued and found[1] < key.prior // BLOCK:
             found = None  # an older turn than the previous one: others routed it since
         if found is None and not key.continued:
@@ -188,6 +198,20 @@ class RouteBook:
         others = (sum(r.load for r in live) - held.load) / (len(live) - 1)
         hold = HOLD * (1 + depth / HOLD_BLOCKS) * (1 + slack) * (others + 1)
         return held if held.load + 1 <= hold else None
+
+    def _head_held(self, live: list[Replica], key: PromptKey, slack: float) -> Replica | None:
+        """The least loaded of the replicas this head went to, unless over
+        ``(1 + blocks / HOLD_BLOCKS)`` x ``(1 + slack)`` x the others' mean (plus one): a
+        busy tenant's questions spread over more replicas as its load grows, each
+        prefilling its system prompt once."""
+        holders = self.index.head_holders(key.head)
+        held = [r for r in live if r.url in holders]
+        if not held:
+            return None
+        best = min(held, key=lambda r: r.load)
+        others = (sum(r.load for r in live) - best.load) / (len(live) - 1)
+        hold = (1 + key.lead // BLOCK / HOLD_BLOCKS) * (1 + slack) * (others + 1)
+        return best if best.load + 1 <= hold else None
 
     def _placed(
         self, live: list[Replica], key: PromptKey, units: bool, sure: bool, slack: float
