@@ -107,3 +107,20 @@ def test_a_document_is_routed_by_itself_at_once() -> None:
 def test_a_bare_hash_still_chooses() -> None:
     pool = Pool.create("hs", Tier(endpoints=("http://a:1", "http://b:1"), model="m"))
     assert pool.choose(42) is pool.choose(42)
+
+
+def test_a_busy_tenant_spreads_over_the_replicas_that_hold_its_prompt() -> None:
+    book, reps = RouteBook(), _replicas(8)
+    question = [chat_key([("system", "tenant 7 " * 120), ("user", f"q {i}?")]) for i in range(6)]
+    first = book.choose(reps, question[0], 1.0)
+    assert book.choose(reps, question[1], 1.0) is first  # its system prompt is cached there
+    first.in_flight = 12  # over its bound: the next question goes to a second replica
+    second = book.choose(reps, question[2], 1.0)
+    assert second is not first
+    second.in_flight = 3  # both hold the prompt: the less loaded of the two, no third
+    assert book.choose(reps, question[3], 1.0) is second
+    first.in_flight = 0
+    assert book.choose(reps, question[4], 1.0) is first
+    assert {r.url for r in reps if r.in_flight == 0 and r is not first}.isdisjoint(
+        book.index.head_holders(question[0].head)
+    )

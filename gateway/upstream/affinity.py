@@ -152,7 +152,8 @@ class RouteBook:
         units are known to come back; otherwise by its *head*.
 
         1. Where this replica last sent the prompt's own prefix (the history of its
-           conversation, its document; routed by the head: the head), unless that replica
+           conversation, its document; routed by the head: the least loaded of the
+           replicas it sent the head to, :meth:`_head_held`), unless that replica
            carries over ``HOLD`` x ``(1 + blocks / HOLD_BLOCKS)`` x ``(1 + slack)`` x the
            others' mean load (plus one): moving costs the prefill of all it holds, so a
            long document stays put where a short prompt moves. A later turn goes where
