@@ -19,6 +19,7 @@ from engines.sim_model import make_profile
 
 FLEET = 100  # engines (GPUs) in the fleet the table sizes
 PROXY_STREAM_US = 1e6 / 2561  # the proxy benchmark's streams/s on one core (bench-proxy.md)
+PEER = "smg-cache_aware"  # the router whose CPU per request the table shows beside ours
 
 
 def engine_rps(answer_tokens: float, prefill_tokens: float) -> float:
@@ -36,9 +37,11 @@ def rows(
     """Per workload: the engine's requests/s at full load, the gateway's CPU per request,
     and gateway cores per :data:`FLEET` engines (measured here, and at the proxy figure)."""
     out = []
+    by = {(c["workload"], c["load"], c["router"]): c for c in cells}
     for c in cells:
         if c["router"] != router or c["load"] != load or not c.get("router_cpu_us"):
             continue
+        peer = by.get((c["workload"], load, PEER), {}).get("router_cpu_us")
         rps = engine_rps(c["answer_tokens_mean"], c["prefill_tokens_mean"])
         out.append(
             {
@@ -47,6 +50,7 @@ def rows(
                 "prefill_tokens": c["prefill_tokens_mean"],
                 "engine_rps": rps,
                 "gateway_us": c["router_cpu_us"],
+                "peer_us": peer,
                 "cores_measured": FLEET * rps * c["router_cpu_us"] / 1e6,
                 "cores_proxy": FLEET * rps * PROXY_STREAM_US / 1e6,
             }

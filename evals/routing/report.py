@@ -113,6 +113,7 @@ def _cost(cells: list[dict[str, Any]]) -> str:
             fmt_num(r["prefill_tokens"]),
             fmt_num(r["engine_rps"]),
             fmt_num(r["gateway_us"]),
+            "-" if r["peer_us"] is None else fmt_num(r["peer_us"]),
             fmt_num(r["cores_measured"]),
             fmt_num(r["cores_proxy"]),
         ]
@@ -121,6 +122,7 @@ def _cost(cells: list[dict[str, Any]]) -> str:
     head = [
         "workload (near capacity, gateway-1)", "answer tokens", "uncached prompt tokens",
         "one engine's req/s at full load", "gateway CPU us/req (here)",
+        f"{cost.PEER} CPU us/req (here)",
         f"gateway cores per {cost.FLEET} engines (here)", "(at the proxy figure)",
     ]  # fmt: skip
     return (cost.__doc__ or "").split("\n\n")[1].replace("\n", " ") + "\n\n" + md_table(head, rows)
