@@ -124,20 +124,3 @@ def test_a_busy_tenant_spreads_over_the_replicas_that_hold_its_prompt() -> None:
     assert {r.url for r in reps if r.in_flight == 0 and r is not first}.isdisjoint(
         book.index.head_holders(question[0].head)
     )
-
-
-def test_a_cold_gateway_replica_keeps_to_the_homes_until_a_scrape_shows_it_alone() -> None:
-    reps, book = _replicas(8), RouteBook()
-    for r in reps[1:]:
-        r.in_flight = 1  # every engine busy but one: a new prompt's home is within its bound
-    keys = [chat_key([("system", f"tenant {i} " * 60), ("user", "hello?")]) for i in range(40)]
-    keys = [k for k in keys if book.order(reps, k, False)[0] is not reps[0]]
-    # no scrape yet: other gateway replicas may be sending too, so the homes decide
-    assert not RouteBook.alone(reps)
-    assert book.choose(reps, keys[0], 1.0) is book.order(reps, keys[0], False)[0]
-    for r in reps:  # a scrape while ours ran: nothing but ours on the engines
-        r.observe({"running": float(r.in_flight), "queued": 0.0})
-    assert RouteBook.alone(reps)
-    assert book.choose(reps, keys[1], 1.0) is reps[0]  # alone: the least loaded
-    reps[5].observe({"running": 7.0, "queued": 0.0})
-    assert not RouteBook.alone(reps)  # another client's requests showed up

@@ -219,22 +219,13 @@ class RouteBook:
     ) -> Replica:
         bound = math.ceil((1 + slack) * (sum(r.load for r in live) + 1) / len(live))
         order = self.order(live, key, units)
-        alone = self.alone(live)
+        alone = sum(r.others for r in live) <= 1 + sum(r.in_flight for r in live) / 4
         if not sure and alone:
             order = sorted(order, key=lambda r: r.load)
         for r in order:
             if r.load + 1 <= bound:
                 return r
         return min(live, key=lambda r: r.load)
-
-    @staticmethod
-    def alone(live: list[Replica]) -> bool:
-        """Whether this gateway replica is the engines' only client: a scrape has come while
-        its requests ran there (others would show) and none lately showed more than a few
-        requests not its own. Until then it is not: at a cold start every gateway replica
-        keeps to the homes, or each would put a new prompt where it alone saw room."""
-        shown = sum(r.others_peak for r in live)
-        return any(r.seen_ours for r in live) and shown <= 1 + sum(r.in_flight for r in live) / 4
 
     def order(self, live: list[Replica], key: PromptKey, units: bool) -> list[Replica]:
         """The replicas by preference, the same in every gateway replica: rendezvous ranking

@@ -25,9 +25,6 @@ def _mix(x: int) -> int:
     return x ^ (x >> 31)
 
 
-OTHERS_DECAY = 0.8  # per scrape: another client's requests are forgotten over ~10 scrapes
-
-
 @dataclass(slots=True)
 class Replica:
     url: str
@@ -39,8 +36,6 @@ class Replica:
     last_probe: float | None = None  # monotonic time of the last probe answer
     seed: int = 0  # its rendezvous-hash seed, from its URL
     others: float = 0.0  # requests in the engine not ours, at its last scrape
-    others_peak: float = 0.0  # the most of them lately (decaying by scrape: OTHERS_DECAY)
-    seen_ours: bool = False  # a scrape came while ours ran there, so others would show
 
     def __post_init__(self) -> None:
         self.seed = _mix(zlib.crc32(self.url.encode()))
@@ -56,8 +51,6 @@ class Replica:
         for key, value in figures.items():
             setattr(self, key, value)
         self.others = max(0.0, self.running + self.queued - self.in_flight)
-        self.others_peak = max(self.others, self.others_peak * OTHERS_DECAY)
-        self.seen_ours = self.seen_ours or self.in_flight > 0
 
     def state(self) -> dict[str, object]:
         return {
