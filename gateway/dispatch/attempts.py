@@ -36,7 +36,6 @@ from typing import Any, TypeVar
 
 import orjson
 from opentelemetry import trace
-from tenacity import AsyncRetrying, RetryCallState, stop_after_attempt
 
 from gateway.checks.base import Check
 from gateway.dispatch.budget import MIN_ATTEMPT_S, Kind, LatencyBook, reserve
@@ -49,6 +48,7 @@ from gateway.dispatch.hedge import BothFailed, HedgeBudget, HedgeWatch, race
 from gateway.dispatch.opening import WHOLE, Opening, StreamOpener
 from gateway.dispatch.outcome import BridgePlan, Failure, Outcome, Trail, all_failed
 from gateway.dispatch.relay import StreamRelay
+from gateway.dispatch.retries import Retries, retried
 from gateway.dispatch.verdicts import Verdicts
 from gateway.request.model import ClientRequest
 from gateway.routing.router import RouteDecision
@@ -71,29 +71,6 @@ HEDGE_AUTO_FLOOR = 0.02
 HEDGE_AUTO_CEILING = 2.0
 HEDGE_AUTO_UNSEEN = 1.0  # until the tier has a first-token sample
 Attempt = Callable[[str, Opening], Awaitable[T]]
-
-
-class _Retries:
-    """The guards and waits of one tier's retries: tenacity asks ``allowed`` after each
-    failed attempt (every guard, every time: :meth:`Dispatcher.retry_guard`), then ``wait``
-    for the wait that guard weighed (a ``Retry-After``, or the jittered backoff)."""
-
-    __slots__ = ("_d", "_how", "_tier", "_wait")
-
-    def __init__(self, d: Dispatcher, tier: str, how: Opening):
-        self._d, self._tier, self._how = d, tier, how
-        self._wait = 0.0
-
-    def allowed(self, s: RetryCallState) -> bool:
-        e = s.outcome.exception() if s.outcome is not None else None
-        retry = s.attempt_number  # after the n-th attempt comes the n-th retry
-        why, self._wait = self._d.retry_guard(self._tier, e, retry, self._how)
-        if why and isinstance(e, AttemptFailed) and verdict(e).same_tier:
-            log.debug("no retry %d on %s: %s", retry, self._tier, why)
-        return not why
-
-    def wait(self, s: RetryCallState) -> float:
-        return self._wait
 
 
 class Dispatcher:
@@ -286,25 +263,22 @@ class Dispatcher:
 
     async def _tier(self, tier: str, attempt: Attempt[T], how: Opening, trail: Trail) -> T:
         """One tier: an attempt, and after each transient fault a retry while every guard of
-        :class:`_Retries` allows one (tenacity runs the loop and its waits)."""
-        retries = _Retries(self, tier, how)
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(1 + self._cfg.same_tier_retries),
-            retry=retries.allowed,
-            wait=retries.wait,
-            sleep=lambda s: self._sleep(s, trail),
-            reraise=True,
-        )
+        :class:`.retries.Retries` allows one (tenacity runs the loop and its waits). The first
+        attempt runs before the loop is built: most answers need none (tenacity's objects
+        cost a tenth of a request's CPU)."""
+        retries = Retries(self.retry_guard, tier, how, done=1)
         try:
-            async for a in retrying:
-                with a:
-                    return await self._timed(tier, attempt, how, trail)
-        finally:
-            # tenacity's objects refer to each other (a cycle: freed by a full collection
-            # only), and their outcome holds the failure, whose traceback holds the
-            # request's frames and body until then: let go of it now
-            a.retry_state.outcome = None
-        raise AssertionError("unreachable")  # pragma: no cover
+            return await self._timed(tier, attempt, how, trail)
+        except AttemptFailed as e:
+            if not retries.guard(e, 1):
+                raise
+        await self._sleep(retries.wait_s, trail)
+        return await retried(
+            lambda: self._timed(tier, attempt, how, trail),
+            retries,
+            self._cfg.same_tier_retries,
+            lambda s: self._sleep(s, trail),
+        )
 
     def retry_guard(
         self, tier: str, e: BaseException | None, retry: int, how: Opening
