@@ -192,10 +192,13 @@ def test_bounded_load_skips_a_replica_over_its_share() -> None:
     home.in_flight = 10
     moved = p.choose(42)
     assert moved is not home  # 10 + 1 > 2 x (1 + 1.0) x (0 + 1): far over the others' load
-    home.in_flight = 0
-    # Since the prefix index (issue 44) the prompt then stays where it went, its prefix
-    # cached there; a gateway replica that never routed it still sends it home.
+    home.in_flight = 1
+    # Since the prefix index (issue 44) both engines hold the prompt's head: it goes to
+    # the less loaded of them, never a third; a gateway replica that never routed it
+    # still sends it home.
     assert p.choose(42) is moved
+    home.in_flight, moved.in_flight = 0, 1
+    assert p.choose(42) is home
     assert _pool(4).choose(42).url == home.url
 
 
