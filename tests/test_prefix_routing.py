@@ -45,7 +45,8 @@ def test_a_later_turn_starts_with_the_earlier_turns_chain() -> None:
 def test_the_request_parser_gives_the_key() -> None:
     said = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]
     req = parse_chat(json.dumps({"model": "m", "messages": said}).encode())
-    assert req.key == chat_key([("system", "s"), ("user", "q")])
+    assert req.key is None  # made when a pool of several replicas asks
+    assert req.routing_key() == chat_key([("system", "s"), ("user", "q")])
     assert text_key("abc" * 1000).chain and PromptKey.of_hash(7) == PromptKey(7, 7)
 
 
@@ -124,3 +125,14 @@ def test_a_busy_tenant_spreads_over_the_replicas_that_hold_its_prompt() -> None:
     assert {r.url for r in reps if r.in_flight == 0 and r is not first}.isdisjoint(
         book.index.head_holders(question[0].head)
     )
+
+
+def test_the_key_is_made_only_when_a_pool_has_a_choice() -> None:
+    said = [{"role": "system", "content": "s " * 500}, {"role": "user", "content": "q"}]
+    raw = json.dumps({"model": "m", "messages": said}).encode()
+    one = Pool.create("one", Tier(endpoints=("http://a:1",), model="m"))
+    req = parse_chat(raw)
+    assert one.choose(req.routing_key) is one.replicas[0] and req.key is None
+    two = Pool.create("two", Tier(endpoints=("http://a:1", "http://b:1"), model="m"))
+    two.choose(req.routing_key)
+    assert req.key == chat_key([("system", "s " * 500), ("user", "q")])

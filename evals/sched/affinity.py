@@ -25,7 +25,6 @@ from evals.bench.common import percentile
 from evals.bench.peers import router_argv, router_python
 from evals.sched.choosers import CHOOSERS, Choose, Gw, moved
 from gateway.request.model import parse_chat
-from gateway.request.prefix import PromptKey
 from gateway.rules.schema import Tier
 from gateway.upstream.pools import Pool
 
@@ -91,7 +90,7 @@ async def _chat(
         body = {"model": "sim", "messages": messages, "max_tokens": a.max_tokens}
         raw = json.dumps(body).encode()
         gw = gws[(chat + turn) % len(gws)]  # the load balancer alternates gateway replicas
-        rep = choose(gw.pool, parse_chat(raw).key or PromptKey.of_hash(0), gw)
+        rep = choose(gw.pool, parse_chat(raw).routing_key(), gw)
         rep.in_flight += 1
         try:
             async with s.post(rep.url + "/v1/chat/completions", data=raw, headers=_JSON) as r:

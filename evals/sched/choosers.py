@@ -5,13 +5,14 @@ and how many prefixes a hashing scheme moves when one engine replica leaves.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gateway.request.prefix import PromptKey
 from gateway.rules.schema import Tier
 from gateway.upstream.pools import Pool
-from gateway.upstream.replicas import Replica, choose
+from gateway.upstream.replicas import Replica, score
 
 Choose = Callable[[Pool, PromptKey, "Gw"], Replica]
 
@@ -41,8 +42,14 @@ def _modulo(pool: Pool, key: PromptKey, gw: Gw) -> Replica:
 
 
 def _rendezvous(pool: Pool, key: PromptKey, gw: Gw) -> Replica:
-    """Rendezvous hashing of the prompt's head with bounded load, nothing remembered."""
-    return choose(pool.replicas, key.head, pool.tier.affinity_slack)
+    """Rendezvous hashing of the prompt's head with bounded load, nothing remembered: the
+    highest-scoring replica within (1 + slack) x the mean load (the previous scheme)."""
+    live = [r for r in pool.replicas if r.up] or pool.replicas
+    bound = math.ceil((1 + pool.tier.affinity_slack) * (sum(r.load for r in live) + 1) / len(live))
+    within = [r for r in live if r.load + 1 <= bound]
+    if not within:
+        return min(live, key=lambda r: r.load)
+    return max(within, key=lambda r: score(key.head, r.seed))
 
 
 def _prefix(pool: Pool, key: PromptKey, gw: Gw) -> Replica:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
@@ -62,9 +62,10 @@ class Call:
         return PATHS[self.req.kind]
 
     @property
-    def affinity(self) -> PromptKey:
-        """The prompt's routing key (its prefixes; :mod:`gateway.request.prefix`)."""
-        return self.req.key or PromptKey.of_hash(self.req.affinity)
+    def affinity(self) -> Callable[[], PromptKey]:
+        """The prompt's routing key, made only if a pool needs it (its prefixes:
+        :meth:`ClientRequest.routing_key`)."""
+        return self.req.routing_key
 
     def path_for(self, pool: Pool) -> str:
         return RESPONSES_PATH if self.native(pool) else PATHS[self.req.kind]

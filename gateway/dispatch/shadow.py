@@ -131,7 +131,7 @@ class Shadow:
         t0 = time.perf_counter()
         try:
             data = await pool.post(
-                pool.choose(req.affinity),
+                pool.choose(req.routing_key),  # where its prefix is cached
                 _PATHS[req.kind],
                 orjson.dumps(body),
                 pool.limits(pool.tier.timeouts.total, stream=False),

@@ -41,11 +41,23 @@ class ClientRequest:
     cue_text: str  # the text the classifier searches for cues (last user turn / prompt)
     prompt_chars: int  # size of the whole prompt, for the token estimate
     affinity: int = 0  # hash of the prompt's head: same head -> same replica (prefix cache)
-    key: PromptKey | None = None  # the prompt's prefixes, for replica choice (prefix.py)
+    key: PromptKey | None = None  # the prompt's prefixes, made on first use: routing_key()
+    prompt: tuple[tuple[str, str], ...] | str = ()  # what the key is made of: (role, text)s
     max_tokens: int | None = None  # max_tokens / max_completion_tokens, when the client set one
     # the client's own Responses API body (``body`` is its chat translation): sent as it is
     # to tiers whose engines serve the Responses API
     native: dict[str, Any] | None = None
+
+    def routing_key(self) -> PromptKey:
+        """The prompt's routing key (:mod:`gateway.request.prefix`), made when first asked:
+        only a pool of several replicas asks, so one replica costs no hashing of the prompt."""
+        if self.key is None:
+            p = self.prompt
+            if isinstance(p, str):
+                self.key = text_key(p)
+            else:
+                self.key = chat_key(p) if p else PromptKey.of_hash(self.affinity)
+        return self.key
 
     @property
     def prompt_tokens(self) -> int:
@@ -242,7 +254,7 @@ def parse_chat(raw: bytes) -> ClientRequest:
         cue_text=last_user,
         prompt_chars=chars,
         affinity=_affinity(head),
-        key=chat_key(said),
+        prompt=tuple(said),
         max_tokens=max_tokens,
     )
 
@@ -287,6 +299,6 @@ def parse_completion(raw: bytes) -> ClientRequest:
         cue_text=text,
         prompt_chars=len(text),
         affinity=affinity,
-        key=text_key(text),
+        prompt=text,
         max_tokens=max_tokens,
     )

@@ -18,6 +18,7 @@ Beside the chain, two keys every gateway replica computes alike (CRC-32, not ``h
 from __future__ import annotations
 
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 BLOCK = 1024  # bytes of rendered prompt per link of the chain (~250 tokens)
@@ -45,7 +46,7 @@ class PromptKey:
         return cls(h, h)
 
 
-def chat_key(messages: list[tuple[str, str]]) -> PromptKey:
+def chat_key(messages: Sequence[tuple[str, str]]) -> PromptKey:
     """The key of a chat prompt, from its messages' (role, text) in order."""
     if not messages:
         return PromptKey(0, 0)

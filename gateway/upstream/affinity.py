@@ -108,14 +108,18 @@ class HeadStats:
         counts[1] += seen
         self.total += 1
         self._since_decay += 1
-        if self._since_decay >= DECAY_EVERY:  # recent traffic counts most; old heads go
-            self._since_decay = 0
-            self.total /= 2
-            for head, c in list(self._heads.items()):
-                c[0] /= 2
-                c[1] /= 2
-                if c[0] < 0.5:
-                    del self._heads[head]
+        if self._since_decay >= DECAY_EVERY:
+            self._decay()
+
+    def _decay(self) -> None:
+        """Halve every count: recent traffic counts most; heads no longer seen go."""
+        self._since_decay = 0
+        self.total /= 2
+        for head, c in list(self._heads.items()):
+            c[0] /= 2
+            c[1] /= 2
+            if c[0] < 0.5:
+                del self._heads[head]
 
     def units_return(self, head: int) -> bool:
         """Whether this head's units come back: enough of its requests repeat a unit."""
@@ -196,9 +200,7 @@ class RouteBook:
             if not match:
                 return None
             held, depth = match[0], found[1] or key.lead // BLOCK
-        others = (sum(r.load for r in live) - held.load) / (len(live) - 1)
-        hold = HOLD * (1 + depth / HOLD_BLOCKS) * (1 + slack) * (others + 1)
-        return held if held.load + 1 <= hold else None
+        return held if _keeps(live, held, HOLD * (1 + depth / HOLD_BLOCKS) * (1 + slack)) else None
 
     def _head_held(self, live: list[Replica], key: PromptKey, slack: float) -> Replica | None:
         """The least loaded of the replicas this head went to, unless over
@@ -210,9 +212,11 @@ class RouteBook:
         if not held:
             return None
         best = min(held, key=lambda r: r.load)
-        others = (sum(r.load for r in live) - best.load) / (len(live) - 1)
-        hold = (1 + key.lead // BLOCK / HOLD_BLOCKS) * (1 + slack) * (others + 1)
-        return best if best.load + 1 <= hold else None
+        return (
+            best
+            if _keeps(live, best, (1 + key.lead // BLOCK / HOLD_BLOCKS) * (1 + slack))
+            else None
+        )
 
     def _placed(
         self, live: list[Replica], key: PromptKey, units: bool, sure: bool, slack: float
@@ -237,3 +241,10 @@ class RouteBook:
         k = self.heads.spread(key.head, len(live)) if key.lead >= BIG_LEAD else len(live)
         top = sorted(ranked[:k], key=lambda r: score(key.unit, r.seed), reverse=True)
         return top + ranked[k:]
+
+
+def _keeps(live: list[Replica], r: Replica, factor: float) -> bool:
+    """Whether ``r`` takes one more request while carrying at most ``factor`` x the other
+    replicas' mean load (plus one)."""
+    others = (sum(o.load for o in live) - r.load) / (len(live) - 1)
+    return r.load + 1 <= factor * (others + 1)

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from gateway.upstream.litellm_transport import LiteLLMTransport
 
 log = logging.getLogger("gateway.upstream.pools")
+Key = PromptKey | int | Callable[[], PromptKey]  # a prompt's key, a bare hash, or its maker
 
 
 def _base(url: str) -> str:
@@ -180,16 +181,18 @@ class Pool:
             return False
         return any(r.up for r in self.replicas)
 
-    def choose(self, key: PromptKey | int) -> Replica:
-        """The replica for a prompt's key (:meth:`~.affinity.RouteBook.choose`); a bare hash
-        (an embedding's input) is a key of its own."""
-        if isinstance(key, int):
+    def choose(self, key: Key) -> Replica:
+        """The replica for a prompt's key (:meth:`~.affinity.RouteBook.choose`), asked for
+        only when there is a choice; a bare hash (an embedding's input) is a key of its own."""
+        if len(self.replicas) == 1:
+            return self.replicas[0]
+        if callable(key):
+            key = key()
+        elif isinstance(key, int):
             key = PromptKey.of_hash(key)
         return self.book.choose(self.replicas, key, self.tier.affinity_slack)
 
-    async def acquire(
-        self, ticket: Ticket, affinity: PromptKey | int, until: float
-    ) -> tuple[Replica, float]:
+    async def acquire(self, ticket: Ticket, affinity: Key, until: float) -> tuple[Replica, float]:
         """A slot in this pool (waiting in its queue, at most until ``until``), then the
         replica: the slot and the replica's in-flight count are the caller's to give back
         with :meth:`release`. Returns the replica and the seconds queued."""

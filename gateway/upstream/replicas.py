@@ -10,7 +10,6 @@ the mean load; an engine joining or leaving moves only its share of prefixes.
 
 from __future__ import annotations
 
-import math
 import zlib
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -94,20 +93,3 @@ def score(key: int, seed: int) -> int:
     highest score for a key is its home, the same in every process."""
     x = (key ^ seed) * 0x9E3779B97F4A7C15 & _M64  # seed is well mixed already
     return x ^ (x >> 29)
-
-
-def choose(replicas: list[Replica], affinity: int, slack: float) -> Replica:
-    """Rendezvous hashing of a hash (``affinity``) with bounded load: the highest-scoring
-    replica whose load stays within (1 + ``slack``) x the mean. A pool chooses with its
-    :class:`~gateway.upstream.affinity.RouteBook`, which starts from this ranking."""
-    if len(replicas) == 1:
-        return replicas[0]
-    live = [r for r in replicas if r.up] or replicas  # all down: try anyway, a probe may lag
-    loads = [r.load for r in live]
-    bound = math.ceil((1 + slack) * (sum(loads) + 1) / len(live))
-    best, best_score = None, -1
-    for r, load in zip(live, loads, strict=True):
-        s = score(affinity, r.seed)
-        if s > best_score and load + 1 <= bound:
-            best, best_score = r, s
-    return best or min(live, key=lambda r: r.load)
