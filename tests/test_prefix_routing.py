@@ -136,3 +136,25 @@ def test_the_key_is_made_only_when_a_pool_has_a_choice() -> None:
     two = Pool.create("two", Tier(endpoints=("http://a:1", "http://b:1"), model="m"))
     two.choose(req.routing_key)
     assert req.key == chat_key([("system", "s " * 500), ("user", "q")])
+
+
+def test_a_prompt_sent_again_stays_where_it_is_cached_whatever_the_urls() -> None:
+    # The same prompt is routed by its head until its head is known to come back, then by
+    # its unit: the two homes differ for about half of all URL pairs, so the switch must
+    # find where the prompt went, not its unit's home (a failure CI caught on random ports).
+    for port in range(40):
+        book = RouteBook()
+        reps = [Replica(f"http://127.0.0.1:{40000 + port}"), Replica(f"http://127.0.0.1:{port}")]
+        key = chat_key([("user", "the very same prompt")])
+        assert len({book.choose(reps, key, 1.0).url for _ in range(8)}) == 1, port
+
+
+def test_a_chat_without_a_system_prompt_follows_its_first_turn() -> None:
+    moved = 0
+    for c in range(40):
+        book, reps = RouteBook(), _replicas(8)
+        said = [("user", f"question {c} without a system prompt")]
+        first = book.choose(reps, chat_key(said), 1.0)
+        said += [("assistant", "an answer " * 30), ("user", "and then?")]
+        moved += book.choose(reps, chat_key(said), 1.0) is not first
+    assert moved == 0

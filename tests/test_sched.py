@@ -197,7 +197,11 @@ def test_bounded_load_skips_a_replica_over_its_share() -> None:
     # the less loaded of them, never a third; a gateway replica that never routed it
     # still sends it home.
     assert p.choose(42) is moved
+    # From its fourth request the key is known to come back: it follows where it last
+    # went (its cache) while that replica stays within its bound, then leaves it.
     home.in_flight, moved.in_flight = 0, 1
+    assert p.choose(42) is moved
+    moved.in_flight = 10
     assert p.choose(42) is home
     assert _pool(4).choose(42).url == home.url
 

@@ -71,14 +71,16 @@ class PrefixIndex:
         return self._heads.get(head, ())
 
     def record(self, key: PromptKey, url: str, units: bool) -> None:
-        """Remember where the prompt went: its own prefixes and unit when it was routed by
-        its unit, else its head (one of up to ``HEAD_HOLDERS`` replicas holding it)."""
+        """Remember where the prompt went: its own prefixes and unit, and when it was
+        routed by its head, the head too (one of up to ``HEAD_HOLDERS`` replicas holding
+        it). The prefixes are kept either way: a prompt routed by its head that comes back
+        (a conversation's next turn, the same question again) finds where it is cached
+        once its head is known to come back and it is routed by its unit."""
         if not units:
             held = self._heads.pop(key.head, ())
             self._heads[key.head] = (url, *(u for u in held if u != url))[:HEAD_HOLDERS]
             if len(self._heads) > self.capacity:
                 self._heads.popitem(last=False)
-            return
         where = self._where
         for h in (*key.chain[key.lead // BLOCK :], key.unit):  # the lead's blocks: shared
             where[h] = url
