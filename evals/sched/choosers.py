@@ -54,7 +54,7 @@ def _rendezvous(pool: Pool, key: PromptKey, gw: Gw) -> Replica:
 
 def _prefix(pool: Pool, key: PromptKey, gw: Gw) -> Replica:
     """The gateway's choice: where the prompt's prefix went, else its home (affinity.py)."""
-    return pool.choose(key)
+    return pool.choose(lambda: key)
 
 
 CHOOSERS: dict[str, Choose] = {

@@ -266,10 +266,10 @@ class Dispatcher:
         :class:`.retries.Retries` allows one (tenacity runs the loop and its waits). The first
         attempt runs before the loop is built: most answers need none (building it for every
         attempt cost ~170 us of CPU per request: ``python -m evals.bench.proxy``)."""
-        retries = Retries(self.retry_guard, tier, how, done=1)
         try:
             return await self._timed(tier, attempt, how, trail)
         except AttemptFailed as e:
+            retries = Retries(self.retry_guard, tier, how)  # built only when one failed
             if not retries.guard(e, 1):
                 raise
         await self._sleep(retries.wait_s, trail)

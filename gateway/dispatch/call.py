@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
 from gateway.checks.base import Check, RequestFacts, StreamGuard, TextSource
 from gateway.request.model import ClientRequest
-from gateway.request.prefix import PromptKey
 from gateway.routing.router import RouteDecision
 from gateway.upstream.failures import CheckFailed
 from gateway.upstream.pools import Pool
@@ -60,12 +59,6 @@ class Call:
     @property
     def path(self) -> str:
         return PATHS[self.req.kind]
-
-    @property
-    def affinity(self) -> Callable[[], PromptKey]:
-        """The prompt's routing key, made only if a pool needs it (its prefixes:
-        :meth:`ClientRequest.routing_key`)."""
-        return self.req.routing_key
 
     def path_for(self, pool: Pool) -> str:
         return RESPONSES_PATH if self.native(pool) else PATHS[self.req.kind]

@@ -228,7 +228,7 @@ class Completer:
 
     async def _plain(self, call: Call, pool: Pool, how: Opening, trail: Trail) -> Answer:
         body = orjson.dumps(call.body_for(pool))
-        rep, queued = await pool.acquire(call.ticket, call.affinity, how.until)
+        rep, queued = await pool.acquire(call.ticket, call.req.routing_key, how.until)
         trail.queue_s += queued
         t0 = time.perf_counter()
         held: float | None = None

@@ -101,7 +101,7 @@ class StreamOpener:
         self, call: Call, pool: Pool, body: bytes, how: Opening, trail: Trail
     ) -> StreamStart:
         """Open a stream; return it once its first token (and hold-back window) passed."""
-        rep, queued = await pool.acquire(call.ticket, call.affinity, how.until)
+        rep, queued = await pool.acquire(call.ticket, call.req.routing_key, how.until)
         trail.queue_s += queued  # time in the queue counts against the deadline
         remaining = how.until - time.monotonic()
         if remaining < MIN_ATTEMPT_S:  # the queue took the attempt's time: not the engine's

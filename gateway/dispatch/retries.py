@@ -26,31 +26,26 @@ log = logging.getLogger("gateway.dispatch")
 class Retries:
     """The guards and waits of one tier's retries."""
 
-    __slots__ = ("_done", "_guard", "_how", "_tier", "_wait")
+    __slots__ = ("_guard", "_how", "_tier", "wait_s")
 
-    def __init__(self, guard: Guard, tier: str, how: Opening, done: int = 0):
+    def __init__(self, guard: Guard, tier: str, how: Opening):
         self._guard, self._tier, self._how = guard, tier, how
-        self._done = done  # attempts made before the loop began
-        self._wait = 0.0
+        self.wait_s = 0.0  # the wait the last guard weighed
 
     def allowed(self, s: RetryCallState) -> bool:
         e = s.outcome.exception() if s.outcome is not None else None
-        return self.guard(e, s.attempt_number + self._done)
+        return self.guard(e, s.attempt_number + 1)  # the first attempt ran before the loop
 
     def guard(self, e: BaseException | None, retry: int) -> bool:
         """After the ``retry``-th attempt failed with ``e``: whether the ``retry``-th retry
         may go (its wait kept for :meth:`wait`)."""
-        why, self._wait = self._guard(self._tier, e, retry, self._how)
+        why, self.wait_s = self._guard(self._tier, e, retry, self._how)
         if why and isinstance(e, AttemptFailed) and verdict(e).same_tier:
             log.debug("no retry %d on %s: %s", retry, self._tier, why)
         return not why
 
     def wait(self, s: RetryCallState) -> float:
-        return self._wait
-
-    @property
-    def wait_s(self) -> float:
-        return self._wait
+        return self.wait_s
 
 
 async def retried(

@@ -8,6 +8,7 @@ engine unchanged. Errors are precise 400s naming the offending ``param``.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -42,7 +43,7 @@ class ClientRequest:
     prompt_chars: int  # size of the whole prompt, for the token estimate
     affinity: int = 0  # hash of the prompt's head: same head -> same replica (prefix cache)
     key: PromptKey | None = None  # the prompt's prefixes, made on first use: routing_key()
-    prompt: tuple[tuple[str, str], ...] | str = ()  # what the key is made of: (role, text)s
+    prompt: Sequence[tuple[str, str]] | str = ()  # what the key is made of: (role, text)s
     max_tokens: int | None = None  # max_tokens / max_completion_tokens, when the client set one
     # the client's own Responses API body (``body`` is its chat translation): sent as it is
     # to tiers whose engines serve the Responses API
@@ -254,7 +255,7 @@ def parse_chat(raw: bytes) -> ClientRequest:
         cue_text=last_user,
         prompt_chars=chars,
         affinity=_affinity(head),
-        prompt=tuple(said),
+        prompt=said,
         max_tokens=max_tokens,
     )
 

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from gateway.upstream.litellm_transport import LiteLLMTransport
 
 log = logging.getLogger("gateway.upstream.pools")
-Key = PromptKey | int | Callable[[], PromptKey]  # a prompt's key, a bare hash, or its maker
+Key = int | Callable[[], PromptKey]  # a bare hash, or what makes the prompt's key on demand
 
 
 def _base(url: str) -> str:
@@ -186,11 +186,8 @@ class Pool:
         only when there is a choice; a bare hash (an embedding's input) is a key of its own."""
         if len(self.replicas) == 1:
             return self.replicas[0]
-        if callable(key):
-            key = key()
-        elif isinstance(key, int):
-            key = PromptKey.of_hash(key)
-        return self.book.choose(self.replicas, key, self.tier.affinity_slack)
+        made = key() if callable(key) else PromptKey.of_hash(key)
+        return self.book.choose(self.replicas, made, self.tier.affinity_slack)
 
     async def acquire(self, ticket: Ticket, affinity: Key, until: float) -> tuple[Replica, float]:
         """A slot in this pool (waiting in its queue, at most until ``until``), then the
